@@ -1,0 +1,32 @@
+# Every target sets itself up on a fresh machine: a local .venv with the project installed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: run demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+run: $(STAMP)            ## the scripted demo on SQLite (./shortterm-demo.db)
+	$(BIN)/shortterm demo
+
+demo: run
+
+test: $(STAMP)           ## the whole test suite
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)           ## ruff + mypy --strict
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md
+	$(BIN)/shortterm bench --output docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*

@@ -1,0 +1,77 @@
+"""The hot tier contract.
+
+A hot tier holds one record per scope key: the crude messages (cache-only by design) and a
+mirror of the durable row (summary, categories, counter, metadata). Two clocks decide what is
+live: messages expire ``crude_ttl_s`` after the last capture; summary and categories expire
+``summary_ttl_s`` after they were *written* (captures never refresh them). Reads return only
+live values, and ``None`` when nothing is live.
+
+Every query by owner, channel or message author costs O(k) in the k entries it touches. A tier
+that may drop entries (LRU eviction under its bounds) reports an owner as incomplete until the
+facade re-reads that owner from the durable tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..model import Entry, Message, ScopeKey, ScopeKind
+from ..store.base import ScopeMeta, ScopeRow
+
+__all__ = ["HotTier"]
+
+
+class HotTier(Protocol):
+    async def get(self, key: ScopeKey, now: float) -> Entry | None:
+        """The live view of ``key``, or ``None``."""
+
+    async def counter(self, key: ScopeKey, now: float) -> int | None:
+        """The cached cadence counter of ``key``; ``None`` when the key is not cached."""
+
+    async def capture(
+        self,
+        key: ScopeKey,
+        messages: tuple[Message, ...],
+        meta: ScopeMeta,
+        row: ScopeRow | None,
+        now: float,
+    ) -> None:
+        """Replace the messages of ``key`` (already capped by the caller) and, with ``row``,
+        mirror its durable values. A capture whose row is older than the cached revision is
+        ignored: a later write already landed."""
+
+    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+        """Mirror durable rows, keeping cached messages; older revisions never win."""
+
+    async def owner_entries(
+        self, kind: ScopeKind, owner_id: str, now: float
+    ) -> tuple[list[Entry], bool]:
+        """Live entries of one owner and whether the tier is sure it holds all of them."""
+
+    async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
+        """The facade re-read this owner from the durable tier."""
+
+    async def delete(self, key: ScopeKey) -> bool: ...
+
+    async def delete_channel(self, channel_id: str) -> int: ...
+
+    async def delete_owner(self, kind: ScopeKind, owner_id: str) -> int: ...
+
+    async def scrub_author(self, author_id: str, now: float) -> int:
+        """Remove every message written by ``author_id`` from every entry; returns how many
+        entries changed."""
+
+    async def sweep(self, now: float) -> int:
+        """Drop expired entries; returns how many."""
+
+    @property
+    def complete(self) -> bool:
+        """True while the tier holds every durable row that has live values (after a full
+        hydration and before any eviction): a miss then needs no durable read."""
+
+    def set_complete(self, value: bool) -> None: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+    async def close(self) -> None: ...

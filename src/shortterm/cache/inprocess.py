@@ -1,0 +1,360 @@
+"""The in-process hot tier: one dict in LRU order, a TTL heap, and dict-of-set indexes.
+
+Every removal (expiry, eviction, clear) goes through :meth:`InProcessCache._remove`, so the
+indexes can never keep a key the dict has dropped. Records are mutable and private; readers
+get frozen :class:`Entry` views, built once and reused until the record changes or a value in
+it expires.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..model import Entry, Message, ScopeKey, ScopeKind
+from ..store.base import ScopeMeta, ScopeRow
+
+__all__ = ["InProcessCache"]
+
+Tup = tuple[str, str, str, str | None]
+Owner = tuple[str, str]
+
+# Rough resident cost in bytes of a record and of one message beside its text; only the
+# relative size matters for the byte ceiling, and these track CPython within ~20%.
+_RECORD_BYTES = 600
+_MESSAGE_BYTES = 260
+_INF = float("inf")
+
+
+@dataclass(slots=True, eq=False)
+class _Record:
+    key: ScopeKey
+    meta: ScopeMeta
+    messages: tuple[Message, ...] = ()
+    messages_at: float | None = None
+    summary: str | None = None
+    summary_at: float | None = None
+    categories: Mapping[str, str] = field(default_factory=dict)
+    categories_at: float | None = None
+    turns: int = 0
+    revision: int = 0
+    touched_at: float = 0.0
+    expires_at: float = 0.0
+    size: int = _RECORD_BYTES
+    authors: frozenset[str] = frozenset()
+    view: Entry | None = None
+    view_until: float = 0.0
+
+
+class InProcessCache:
+    def __init__(
+        self,
+        *,
+        crude_ttl_s: float,
+        summary_ttl_s: float,
+        max_entries: int,
+        max_bytes: int,
+    ) -> None:
+        self.crude_ttl_s = crude_ttl_s
+        self.summary_ttl_s = summary_ttl_s
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Tup, _Record] = OrderedDict()
+        self._by_owner: dict[Owner, set[Tup]] = {}
+        self._by_channel: dict[str, set[Tup]] = {}
+        self._by_author: dict[str, set[Tup]] = {}
+        self._heap: list[tuple[float, int, Tup]] = []
+        self._seq = itertools.count()
+        self._incomplete: set[Owner] = set()
+        self._complete = False  # a miss needs no durable read
+        self._owners_ok = False  # owners not in _incomplete are complete
+        self._bytes = 0
+        self._counts = dict.fromkeys(
+            ("hits", "misses", "stores", "evictions", "expirations", "invalidations"), 0
+        )
+
+    # -- views and expiry -----------------------------------------------------------------
+
+    def _view(self, rec: _Record, now: float) -> Entry | None:
+        if rec.view is not None and now < rec.view_until:
+            return rec.view
+        until = _INF
+        messages: tuple[Message, ...] = ()
+        if rec.messages and rec.messages_at is not None:
+            t = rec.messages_at + self.crude_ttl_s
+            if now < t:
+                messages, until = rec.messages, t
+        summary = None
+        if rec.summary is not None and rec.summary_at is not None:
+            t = rec.summary_at + self.summary_ttl_s
+            if now < t:
+                summary, until = rec.summary, min(until, t)
+        categories: Mapping[str, str] = {}
+        if rec.categories and rec.categories_at is not None:
+            t = rec.categories_at + self.summary_ttl_s
+            if now < t:
+                categories, until = rec.categories, min(until, t)
+        if not messages and summary is None and not categories:
+            return None
+        m = rec.meta
+        rec.view = Entry(
+            key=rec.key,
+            messages=messages,
+            summary=summary,
+            categories=categories,
+            turns_since_refresh=rec.turns,
+            messages_at=rec.messages_at if messages else None,
+            summary_at=rec.summary_at if summary is not None else None,
+            categories_at=rec.categories_at if categories else None,
+            server_id=m.server_id,
+            server_name=m.server_name,
+            channel_name=m.channel_name,
+            parent_channel_id=m.parent_channel_id,
+            private=m.private,
+            persona_lineage_id=m.persona_lineage_id,
+        )
+        rec.view_until = until
+        return rec.view
+
+    def _reschedule(self, kt: Tup, rec: _Record) -> None:
+        expiries = []
+        if rec.messages and rec.messages_at is not None:
+            expiries.append(rec.messages_at + self.crude_ttl_s)
+        if rec.summary is not None and rec.summary_at is not None:
+            expiries.append(rec.summary_at + self.summary_ttl_s)
+        if rec.categories and rec.categories_at is not None:
+            expiries.append(rec.categories_at + self.summary_ttl_s)
+        # A record with no values still mirrors the durable counter for a while.
+        expires = max(expiries) if expiries else rec.touched_at + self.crude_ttl_s
+        if expires != rec.expires_at:
+            rec.expires_at = expires
+            heapq.heappush(self._heap, (expires, next(self._seq), kt))
+            if len(self._heap) > 2 * len(self._entries) + 1024:
+                self._compact_heap()
+
+    def _compact_heap(self) -> None:
+        # Lazy deletion leaves stale items behind; rebuild from the live records only.
+        self._heap = [(r.expires_at, next(self._seq), kt) for kt, r in self._entries.items()]
+        heapq.heapify(self._heap)
+
+    # -- index maintenance ----------------------------------------------------------------
+
+    def _insert(self, kt: Tup, rec: _Record) -> None:
+        self._entries[kt] = rec
+        self._by_owner.setdefault((kt[0], kt[1]), set()).add(kt)
+        self._by_channel.setdefault(kt[2], set()).add(kt)
+        self._bytes += rec.size
+
+    def _remove(self, kt: Tup, reason: str) -> None:
+        rec = self._entries.pop(kt)
+        _discard(self._by_owner, (kt[0], kt[1]), kt)
+        _discard(self._by_channel, kt[2], kt)
+        for author in rec.authors:
+            _discard(self._by_author, author, kt)
+        self._bytes -= rec.size
+        self._counts[reason] += 1
+        if reason == "evictions":
+            self._incomplete.add((kt[0], kt[1]))
+            self._complete = False
+
+    def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
+        authors = frozenset(m.author_id for m in messages if m.author_id is not None)
+        if authors != rec.authors:
+            for a in rec.authors - authors:
+                _discard(self._by_author, a, kt)
+            for a in authors - rec.authors:
+                self._by_author.setdefault(a, set()).add(kt)
+            rec.authors = authors
+        rec.messages = messages
+        self._resize(rec)
+
+    def _resize(self, rec: _Record) -> None:
+        size = _RECORD_BYTES + _MESSAGE_BYTES * len(rec.messages)
+        size += sum(len(m.content) for m in rec.messages)
+        if rec.summary:
+            size += len(rec.summary)
+        for slug, text in rec.categories.items():
+            size += len(slug) + len(text) + 100
+        self._bytes += size - rec.size
+        rec.size = size
+
+    def _mirror(self, rec: _Record, row: ScopeRow) -> None:
+        rec.meta = row.meta
+        rec.summary = row.summary
+        rec.summary_at = row.summary_at
+        rec.categories = row.categories
+        rec.categories_at = row.categories_at
+        rec.turns = row.turns_since_refresh
+        rec.revision = row.revision
+
+    def _enforce_bounds(self, keep: Tup) -> None:
+        entries = self._entries
+        while len(entries) > self.max_entries or self._bytes > self.max_bytes:
+            oldest = next(iter(entries))
+            if oldest == keep:
+                if len(entries) == 1:
+                    return
+                entries.move_to_end(keep)
+                continue
+            self._remove(oldest, "evictions")
+
+    # -- the contract ---------------------------------------------------------------------
+
+    async def get(self, key: ScopeKey, now: float) -> Entry | None:
+        kt = key.astuple
+        rec = self._entries.get(kt)
+        if rec is None:
+            self._counts["misses"] += 1
+            return None
+        view = self._view(rec, now)
+        if view is None:
+            if now >= rec.expires_at:
+                self._remove(kt, "expirations")
+            self._counts["misses"] += 1
+            return None
+        self._entries.move_to_end(kt)
+        self._counts["hits"] += 1
+        return view
+
+    async def counter(self, key: ScopeKey, now: float) -> int | None:
+        rec = self._entries.get(key.astuple)
+        return None if rec is None or now >= rec.expires_at else rec.turns
+
+    async def capture(
+        self,
+        key: ScopeKey,
+        messages: tuple[Message, ...],
+        meta: ScopeMeta,
+        row: ScopeRow | None,
+        now: float,
+    ) -> None:
+        kt = key.astuple
+        rec = self._entries.get(kt)
+        if rec is None:
+            rec = _Record(key=key, meta=meta)
+            self._insert(kt, rec)
+        elif row is not None and row.revision < rec.revision:
+            return  # a newer write of this scope already landed
+        else:
+            self._entries.move_to_end(kt)
+            rec.meta = meta
+        if row is not None:
+            self._mirror(rec, row)
+        rec.messages_at = now
+        rec.touched_at = now
+        self._set_messages(kt, rec, messages)
+        rec.view = None
+        self._reschedule(kt, rec)
+        self._counts["stores"] += 1
+        self._enforce_bounds(kt)
+
+    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+        for row in rows:
+            kt = row.key.astuple
+            rec = self._entries.get(kt)
+            if rec is None:
+                rec = _Record(key=row.key, meta=row.meta)
+                self._insert(kt, rec)
+            elif row.revision <= rec.revision:
+                continue
+            else:
+                self._entries.move_to_end(kt)
+            self._mirror(rec, row)
+            rec.touched_at = now
+            self._resize(rec)
+            rec.view = None
+            self._reschedule(kt, rec)
+            self._enforce_bounds(kt)
+
+    async def owner_entries(
+        self, kind: ScopeKind, owner_id: str, now: float
+    ) -> tuple[list[Entry], bool]:
+        owner = (kind, owner_id)
+        out: list[Entry] = []
+        expired: list[Tup] = []
+        for kt in self._by_owner.get(owner, ()):
+            rec = self._entries[kt]
+            view = self._view(rec, now)
+            if view is not None:
+                out.append(view)
+            elif now >= rec.expires_at:
+                expired.append(kt)
+        for kt in expired:
+            self._remove(kt, "expirations")
+        self._counts["hits"] += len(out)
+        return out, self._complete or (self._owners_ok and owner not in self._incomplete)
+
+    async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
+        self._incomplete.discard((kind, owner_id))
+
+    async def delete(self, key: ScopeKey) -> bool:
+        kt = key.astuple
+        if kt not in self._entries:
+            return False
+        self._remove(kt, "invalidations")
+        return True
+
+    async def delete_channel(self, channel_id: str) -> int:
+        doomed = list(self._by_channel.get(channel_id, ()))
+        for kt in doomed:
+            self._remove(kt, "invalidations")
+        return len(doomed)
+
+    async def delete_owner(self, kind: ScopeKind, owner_id: str) -> int:
+        doomed = list(self._by_owner.get((kind, owner_id), ()))
+        for kt in doomed:
+            self._remove(kt, "invalidations")
+        return len(doomed)
+
+    async def scrub_author(self, author_id: str, now: float) -> int:
+        touched = list(self._by_author.get(author_id, ()))
+        for kt in touched:
+            rec = self._entries[kt]
+            self._set_messages(kt, rec, tuple(m for m in rec.messages if m.author_id != author_id))
+            rec.view = None
+            self._reschedule(kt, rec)
+        return len(touched)
+
+    async def sweep(self, now: float) -> int:
+        heap, entries = self._heap, self._entries
+        removed = 0
+        while heap and heap[0][0] <= now:
+            expires, _, kt = heapq.heappop(heap)
+            rec = entries.get(kt)
+            if rec is not None and rec.expires_at == expires:
+                self._remove(kt, "expirations")
+                removed += 1
+        return removed
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def set_complete(self, value: bool) -> None:
+        # After a full hydration every owner is complete too, until something is evicted.
+        self._complete = value
+        self._owners_ok = value
+        if value:
+            self._incomplete.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self._entries), "bytes": self._bytes, **self._counts}
+
+    async def close(self) -> None:
+        self._entries.clear()
+        self._by_owner.clear()
+        self._by_channel.clear()
+        self._by_author.clear()
+        self._heap.clear()
+        self._bytes = 0
+
+
+def _discard(index: dict[str, set[Tup]] | dict[Owner, set[Tup]], name: object, kt: Tup) -> None:
+    keys = index.get(name)  # type: ignore[call-overload]
+    if keys is not None:
+        keys.discard(kt)
+        if not keys:
+            del index[name]  # type: ignore[arg-type]

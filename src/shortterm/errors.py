@@ -1,0 +1,52 @@
+"""The one exception tree of shortterm.
+
+::
+
+    ShortTermError
+    ├── InvalidInput      (also a ValueError): a caller passed something we refuse
+    ├── ConfigError       : configuration (URLs, environment) cannot be used
+    ├── StoreUnavailable  : a durable or shared backend failed; nothing was acknowledged
+    └── ExtraMissing      (also an ImportError): an optional dependency is not installed
+
+Backends wrap their driver errors with ``raise StoreUnavailable(...) from exc`` so callers
+never need to know which driver is underneath.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "ExtraMissing", "InvalidInput", "ShortTermError", "StoreUnavailable"]
+
+
+class ShortTermError(Exception):
+    """Base class of every error raised by shortterm."""
+
+
+class InvalidInput(ShortTermError, ValueError):
+    """A value was refused. The message names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{field}={shown} is invalid: {allowed}")
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+
+
+class ConfigError(ShortTermError):
+    """Configuration that cannot be used (a bad URL, an unreadable environment value)."""
+
+
+class StoreUnavailable(ShortTermError):
+    """A backend failed. The operation that raised it was not acknowledged."""
+
+
+class ExtraMissing(ShortTermError, ImportError):
+    """An optional dependency is absent; the message says which extra installs it."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(
+            f"this feature needs the {module!r} package: pip install 'shortterm[{extra}]'"
+        )
+        self.extra = extra

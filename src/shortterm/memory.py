@@ -1,0 +1,391 @@
+"""The memory facade: composes a hot tier and a durable tier behind the public API.
+
+Everything durable is written through and awaited: when a method returns, its write is
+committed. Reads hit the hot tier; a miss reads through the durable tier unless the hot tier
+knows it is complete. Settings are cached in the process and refreshed incrementally every
+``settings_refresh_s`` so a warm turn costs no settings query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Generator, Mapping
+from types import TracebackType
+from typing import Any
+
+from .backends import DEFAULT_STORE_URL, make_cache, make_store
+from .cache.base import HotTier
+from .config import Config
+from .errors import InvalidInput, StoreUnavailable
+from .model import (
+    Entry,
+    Privacy,
+    ScopeKey,
+    ServerSettings,
+    UserSettings,
+    check_id,
+    check_optional_id,
+)
+from .store.base import DistilledWrite, Store
+from .text import clean_text, truncate
+from .turn import Turn
+
+__all__ = ["Memory", "open"]
+
+log = logging.getLogger("shortterm")
+
+Clock = Callable[[], float]
+
+_DEFAULT_SERVER = ServerSettings()
+_DEFAULT_USER = UserSettings()
+
+
+class Memory:
+    """Working memory for one bot process. Create it with :func:`shortterm.open`."""
+
+    def __init__(self, *, store: Store, cache: HotTier, config: Config, clock: Clock) -> None:
+        self.store = store
+        self.cache = cache
+        self.config = config
+        self.clock = clock
+        self._servers: dict[str, ServerSettings] = {}
+        self._users: dict[str, UserSettings] = {}
+        self._settings_checked_at = 0.0
+        self._sweeper: asyncio.Task[None] | None = None
+        self._degraded = False
+        self._closed = False
+        self._counts = dict.fromkeys(
+            (
+                "captures",
+                "captures_skipped",
+                "store_errors",
+                "degraded_captures",
+                "read_through",
+                "hydrated_rows",
+                "upgrades",
+            ),
+            0,
+        )
+        self.hydration_s = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        await self.store.migrate()
+        now = self.clock()
+        self._servers.update(await self.store.server_settings_since(0.0))
+        self._users.update(await self.store.user_settings_since(0.0))
+        self._settings_checked_at = now
+        await self._hydrate(now)
+        if self.config.sweep_interval_s > 0:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep_forever(), name="shortterm-sweeper"
+            )
+
+    async def _hydrate(self, now: float) -> None:
+        """Load every row whose summary or categories are still live, with no messages."""
+        started = time.perf_counter()
+        evictions = self.cache.stats().get("evictions", 0)
+        rows = 0
+        async for batch in self.store.iter_distilled(
+            since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
+        ):
+            await self.cache.apply_rows(batch, now)
+            rows += len(batch)
+        self._counts["hydrated_rows"] += rows
+        self.cache.set_complete(self.cache.stats().get("evictions", 0) == evictions)
+        self.hydration_s = time.perf_counter() - started
+        log.info("shortterm hydrated %d rows in %.3f s", rows, self.hydration_s)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            await self.sweep()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.cache.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- settings -------------------------------------------------------------------------
+
+    def _server(self, server_id: str | None) -> ServerSettings:
+        if server_id is None:
+            return _DEFAULT_SERVER
+        return self._servers.get(server_id, _DEFAULT_SERVER)
+
+    def _user(self, user_id: str) -> UserSettings:
+        return self._users.get(user_id, _DEFAULT_USER)
+
+    async def _refresh_settings(self) -> None:
+        """Pick up settings other processes changed; at most one query pair per interval."""
+        now = self.clock()
+        if now - self._settings_checked_at < self.config.settings_refresh_s:
+            return
+        # Overlap the window so a write stamped just before our last check is not missed.
+        since = self._settings_checked_at - self.config.settings_refresh_s
+        self._settings_checked_at = now
+        self._servers.update(await self.store.server_settings_since(since))
+        self._users.update(await self.store.user_settings_since(since))
+
+    async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
+        check_id("server_id", server_id)
+        if not isinstance(settings, ServerSettings):
+            raise InvalidInput("settings", settings, "a shortterm.ServerSettings")
+        if settings.crude_message_count > self.config.max_messages:
+            raise InvalidInput(
+                "crude_message_count",
+                settings.crude_message_count,
+                f"an integer from 1 to max_messages ({self.config.max_messages})",
+            )
+        if len(settings.categories) > self.config.max_categories:
+            raise InvalidInput(
+                "categories",
+                [c.label for c in settings.categories],
+                f"at most max_categories ({self.config.max_categories}) categories",
+            )
+        await self.store.save_server_settings(server_id, settings, now=self.clock())
+        self._servers[server_id] = settings
+
+    async def server_settings(self, server_id: str) -> ServerSettings:
+        check_id("server_id", server_id)
+        await self._refresh_settings()
+        return self._server(server_id)
+
+    async def configure_user(self, user_id: str, settings: UserSettings) -> None:
+        check_id("user_id", user_id)
+        if not isinstance(settings, UserSettings):
+            raise InvalidInput("settings", settings, "a shortterm.UserSettings")
+        await self.store.save_user_settings(user_id, settings, now=self.clock())
+        self._users[user_id] = settings
+        if settings.privacy is Privacy.FULL:
+            # Choosing full privacy forgets what was already kept, not just what comes next.
+            await self.clear_user(user_id)
+
+    async def user_settings(self, user_id: str) -> UserSettings:
+        check_id("user_id", user_id)
+        await self._refresh_settings()
+        return self._user(user_id)
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def turn(self, **kwargs: Any) -> Turn:
+        """Start a turn (no I/O). See :class:`shortterm.Turn` for the arguments."""
+        if self._closed:
+            raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
+        return Turn(self, **kwargs)
+
+    def _store_failed(self, what: str, exc: StoreUnavailable) -> None:
+        self._counts["store_errors"] += 1
+        if not self._degraded:
+            self._degraded = True
+            log.warning("shortterm durable tier failed during %s: %s", what, exc)
+
+    def _store_ok(self) -> None:
+        if self._degraded:
+            self._degraded = False
+            log.info("shortterm durable tier is back")
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def get(self, key: ScopeKey) -> Entry | None:
+        """What ``key`` remembers now, or ``None`` when nothing is live."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        now = self.clock()
+        entry = await self.cache.get(key, now)
+        if entry is None and not self.cache.complete and await self.cache.counter(key, now) is None:
+            row = await self.store.load(key)
+            self._counts["read_through"] += 1
+            if row is not None:
+                await self.cache.apply_rows([row], now)
+                entry = await self.cache.get(key, now)
+        return entry
+
+    async def _owner_entries(self, kind: str, owner_id: str) -> list[Entry]:
+        """Live entries of one owner, re-read from the durable tier when the hot tier may
+        have dropped some of them."""
+        now = self.clock()
+        entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
+        if not complete:
+            rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
+            self._counts["read_through"] += 1
+            await self.cache.apply_rows(rows, now)
+            await self.cache.mark_complete(kind, owner_id)  # type: ignore[arg-type]
+            entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
+        return entries
+
+    # -- edits ----------------------------------------------------------------------------
+
+    def _clean_value(self, field: str, value: object) -> str:
+        if not isinstance(value, str):
+            raise InvalidInput(field, value, "a string")
+        return truncate(clean_text(value.strip()), self.config.max_summary_chars)
+
+    async def set_summary(self, key: ScopeKey, text: str | None) -> Entry | None:
+        """Replace the summary of one scope (an admin edit; ``None`` clears it). Durable."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        summary = None if text is None else self._clean_value("summary", text) or None
+        change = DistilledWrite(summary=summary, set_summary=True)
+        rows = await self.store.write_distilled(
+            [(key, None)], change, reset_counter=None, now=self.clock()
+        )
+        await self.cache.apply_rows(rows, self.clock())
+        return await self.cache.get(key, self.clock())
+
+    async def set_categories(self, key: ScopeKey, values: Mapping[str, str]) -> Entry | None:
+        """Replace the category values of one scope (an admin edit; blank values are dropped)."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        if not isinstance(values, Mapping):
+            raise InvalidInput("values", values, "a mapping of category slug to text")
+        cleaned: dict[str, str | None] = {}
+        for slug, text in values.items():
+            check_id("category slug", slug)
+            cleaned[slug] = self._clean_value(f"categories[{slug!r}]", text) or None
+        change = DistilledWrite(categories=cleaned, replace_categories=True)
+        rows = await self.store.write_distilled(
+            [(key, None)], change, reset_counter=None, now=self.clock()
+        )
+        await self.cache.apply_rows(rows, self.clock())
+        return await self.cache.get(key, self.clock())
+
+    # -- deletion -------------------------------------------------------------------------
+
+    async def clear_channel(self, channel_id: str) -> int:
+        """Forget a channel: every user, persona and scope of it, in both tiers."""
+        check_id("channel_id", channel_id)
+        try:
+            durable = await self.store.delete_channel(channel_id)
+        finally:
+            # Evict even when the durable delete failed: nothing stale is shown meanwhile,
+            # and the caller sees the error and can retry the durable part.
+            hot = await self.cache.delete_channel(channel_id)
+        return max(durable, hot)
+
+    async def clear_user(self, user_id: str) -> int:
+        """Forget a user: their user-scope rows and entries, and every message they wrote
+        from every other entry (server scopes, other users' scopes). Returns the number of
+        scopes deleted plus entries scrubbed."""
+        check_id("user_id", user_id)
+        try:
+            durable = await self.store.delete_user_scopes(user_id)
+        finally:
+            hot = await self.cache.delete_owner("user", user_id)
+            scrubbed = await self.cache.scrub_author(user_id, self.clock())
+        return max(durable, hot) + scrubbed
+
+    async def clear_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None = None
+    ) -> int:
+        """Forget one server-scope entry (a channel's shared memory for one persona)."""
+        check_id("server_id", server_id)
+        check_id("channel_id", channel_id)
+        check_optional_id("persona_id", persona_id)
+        try:
+            durable = await self.store.delete_server_channel(server_id, channel_id, persona_id)
+        finally:
+            hot = await self.cache.delete(ScopeKey.server(server_id, channel_id, persona_id))
+        return max(durable, int(hot))
+
+    async def sweep(self) -> int:
+        """Drop expired hot entries now; returns how many."""
+        return await self.cache.sweep(self.clock())
+
+    async def janitor(self, retention_days: int | None = None) -> int:
+        """Delete durable rows untouched for ``retention_days`` (default from the config)."""
+        days = self.config.janitor_retention_days if retention_days is None else retention_days
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise InvalidInput("retention_days", retention_days, "a non-negative integer")
+        return await self.store.janitor(untouched_since=self.clock() - days * 86400)
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of both tiers: entries, bytes, hits, misses, evictions, expirations, ..."""
+        out: dict[str, Any] = dict(self.cache.stats())
+        out.update(self._counts)
+        out["hydration_s"] = round(self.hydration_s, 6)
+        out["degraded"] = self._degraded
+        return out
+
+
+class _Opening:
+    """``await shortterm.open(...)`` or ``async with shortterm.open(...) as memory``."""
+
+    def __init__(self, factory: Callable[[], Memory]) -> None:
+        self._factory = factory
+        self._memory: Memory | None = None
+
+    async def _open(self) -> Memory:
+        memory = self._factory()
+        try:
+            await memory._start()
+        except BaseException:
+            await memory.close()
+            raise
+        self._memory = memory
+        return memory
+
+    def __await__(self) -> Generator[Any, None, Memory]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Memory:
+        return await self._open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._memory is not None:
+            await self._memory.close()
+
+
+def open(
+    store: str | Store = DEFAULT_STORE_URL,
+    cache: str | HotTier = "memory://",
+    *,
+    config: Config | None = None,
+    clock: Clock | None = None,
+) -> _Opening:
+    """Open working memory: apply migrations and hydrate the rows still inside their TTL.
+
+    ``store`` and ``cache`` are URLs (``sqlite:///shortterm.db``, ``memory://``,
+    ``postgresql://…``, ``redis://…``) or backend objects you built yourself.
+    """
+    cfg = config if config is not None else Config()
+    if not isinstance(cfg, Config):
+        raise InvalidInput("config", config, "a shortterm.Config")
+    if clock is not None and not callable(clock):
+        raise InvalidInput("clock", clock, "a callable returning epoch seconds")
+    chosen_clock: Clock = clock if clock is not None else time.time
+
+    def factory() -> Memory:
+        st = make_store(store) if isinstance(store, str) else store
+        ca = make_cache(cache, cfg) if isinstance(cache, str) else cache
+        return Memory(store=st, cache=ca, config=cfg, clock=chosen_clock)
+
+    return _Opening(factory)

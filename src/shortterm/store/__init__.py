@@ -1,0 +1,7 @@
+"""Durable tiers: the contract, the in-memory reference store and SQLite."""
+
+from .base import DistilledWrite, ScopeMeta, ScopeRow, Store
+from .memory import MemoryStore
+from .sqlite import SQLiteStore
+
+__all__ = ["DistilledWrite", "MemoryStore", "SQLiteStore", "ScopeMeta", "ScopeRow", "Store"]

@@ -1,0 +1,124 @@
+"""The durable tier contract.
+
+A store keeps one row per scope key (summary, categories, cadence counter, lineage, value
+timestamps, display metadata) plus server and user settings. Every method is one logical
+operation, atomic, and durable when it returns. Backends wrap driver errors in
+``StoreUnavailable``. Crude messages never reach a store: they live in the hot tier only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
+
+__all__ = ["DistilledWrite", "ScopeMeta", "ScopeRow", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeMeta:
+    """What a turn knows about a scope besides its key; written on every upsert."""
+
+    server_id: str | None = None  # None: a DM
+    server_name: str | None = None
+    channel_name: str | None = None
+    parent_channel_id: str | None = None
+    private: bool = False
+    persona_lineage_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeRow:
+    """One durable row. ``revision`` grows by one on every write, so a hot tier can refuse to
+    let an older row overwrite a newer one when writes finish out of order."""
+
+    key: ScopeKey
+    meta: ScopeMeta
+    summary: str | None = None
+    summary_at: float | None = None
+    categories: Mapping[str, str] = field(default_factory=dict)
+    categories_at: float | None = None
+    turns_since_refresh: int = 0
+    refresh_epoch: int = 0
+    revision: int = 1
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DistilledWrite:
+    """A change to the distilled values of a scope.
+
+    ``summary`` is written only when ``set_summary`` is true (``None`` then clears it).
+    ``categories`` is merged into the stored map: a ``None`` value removes that slug. With
+    ``replace_categories`` the stored map is replaced by the non-``None`` values instead.
+    """
+
+    summary: str | None = None
+    set_summary: bool = False
+    categories: Mapping[str, str | None] | None = None
+    replace_categories: bool = False
+
+
+class Store(Protocol):
+    """What the memory facade needs from a durable backend."""
+
+    async def migrate(self) -> None:
+        """Apply pending schema migrations, each in its own transaction."""
+
+    async def touch(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        *,
+        increment: ScopeKey | None,
+        now: float,
+    ) -> list[ScopeRow]:
+        """Ensure each scope's row exists with ``meta`` written, and add one to the counter of
+        ``increment`` (one of ``scopes``) — all in one transaction. Returns the rows, in order."""
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+    ) -> list[ScopeRow]:
+        """Apply ``change`` to every scope (creating rows as needed) and zero the counter of
+        ``reset_counter``: all or nothing. Returns the rows, in order. A ``None`` meta (an
+        admin edit) keeps the stored metadata."""
+
+    async def load(self, key: ScopeKey) -> ScopeRow | None: ...
+
+    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]: ...
+
+    def iter_distilled(self, *, since: float, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        """Stream, in batches, the rows whose summary or categories were written after
+        ``since`` (hydration). Memory use is bounded by ``batch_rows``."""
+
+    async def delete_channel(self, channel_id: str) -> int: ...
+
+    async def delete_user_scopes(self, user_id: str) -> int: ...
+
+    async def delete_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None
+    ) -> int: ...
+
+    async def janitor(self, *, untouched_since: float) -> int:
+        """Delete rows whose ``updated_at`` is older than ``untouched_since``."""
+
+    async def save_server_settings(
+        self, server_id: str, settings: ServerSettings, *, now: float
+    ) -> None: ...
+
+    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
+        """Settings of the servers changed at or after ``since`` (all of them for 0)."""
+
+    async def save_user_settings(
+        self, user_id: str, settings: UserSettings, *, now: float
+    ) -> None: ...
+
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]: ...
+
+    async def close(self) -> None: ...

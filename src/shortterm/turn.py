@@ -1,0 +1,257 @@
+"""A turn: one bot generation in one channel for one persona, triggered by one user.
+
+The turn carries the per-turn guards (one upgrade per turn, long-term-memory intent) and knows
+its two scopes: the user scope follows the user, the server scope is the channel's shared
+memory. The *live* scope (same-channel summary, cadence counter) is the server scope in a
+guild and the user scope in a DM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from .errors import InvalidInput, StoreUnavailable
+from .model import (
+    Message,
+    Privacy,
+    Reply,
+    ScopeKey,
+    ServerSettings,
+    check_id,
+    check_optional_id,
+    check_optional_text,
+)
+from .store.base import ScopeMeta, ScopeRow
+from .text import truncate
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+__all__ = ["Turn"]
+
+T = TypeVar("T")
+
+# The triggering text is only scanned for intent; nothing longer is useful for that.
+_MAX_USER_MESSAGE_CHARS = 20_000
+
+
+class Turn:
+    """Create with ``memory.turn(...)``; every argument is keyword-only.
+
+    Only ``user_id`` and ``channel_id`` are required. ``server_id=None`` means a DM.
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        user_id: str,
+        channel_id: str,
+        server_id: str | None = None,
+        persona_id: str | None = None,
+        persona_lineage_id: str | None = None,
+        user_message: str = "",
+        user_name: str | None = None,
+        bot_name: str = "Assistant",
+        server_name: str | None = None,
+        channel_name: str | None = None,
+        parent_channel_id: str | None = None,
+        provider: str | None = None,
+        has_tools: bool = True,
+        privacy: Privacy = Privacy.NONE,
+        locale: str | None = None,
+    ) -> None:
+        self.memory = memory
+        self.user_id = check_id("user_id", user_id)
+        self.channel_id = check_id("channel_id", channel_id)
+        self.server_id = check_optional_id("server_id", server_id)
+        self.persona_id = check_optional_id("persona_id", persona_id)
+        self.persona_lineage_id = check_optional_id("persona_lineage_id", persona_lineage_id)
+        self.parent_channel_id = check_optional_id("parent_channel_id", parent_channel_id)
+        if not isinstance(user_message, str):
+            raise InvalidInput("user_message", user_message, "a string")
+        self.user_message = user_message[:_MAX_USER_MESSAGE_CHARS]
+        self.user_name = check_optional_text("user_name", user_name, 200)
+        if not isinstance(bot_name, str) or not bot_name.strip():
+            raise InvalidInput("bot_name", bot_name, "a non-blank string")
+        self.bot_name = check_optional_text("bot_name", bot_name, 200) or "Assistant"
+        self.server_name = check_optional_text("server_name", server_name, 200)
+        self.channel_name = check_optional_text("channel_name", channel_name, 200)
+        if provider is not None and not isinstance(provider, str):
+            raise InvalidInput("provider", provider, "a provider name or None")
+        self.provider = provider.lower() if provider else None
+        if not isinstance(has_tools, bool):
+            raise InvalidInput("has_tools", has_tools, "True or False")
+        self.has_tools = has_tools
+        if not isinstance(privacy, Privacy):
+            raise InvalidInput("privacy", privacy, "a shortterm.Privacy value")
+        self.privacy = privacy
+        if locale is not None and (not isinstance(locale, str) or not locale.strip()):
+            raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
+        self.locale = locale
+        self.upgraded = False  # one successful upgrade per turn
+
+    # -- scopes ---------------------------------------------------------------------------
+
+    @property
+    def is_dm(self) -> bool:
+        return self.server_id is None
+
+    def user_key(self, persona_id: str | None = None) -> ScopeKey:
+        return ScopeKey.user(self.user_id, self.channel_id, persona_id)
+
+    def server_key(self, persona_id: str | None = None) -> ScopeKey | None:
+        if self.server_id is None:
+            return None
+        return ScopeKey.server(self.server_id, self.channel_id, persona_id)
+
+    @property
+    def live_key(self) -> ScopeKey:
+        """The scope that holds this channel's summary and cadence counter for the persona."""
+        key = self.server_key(self.persona_id)
+        return key if key is not None else self.user_key(self.persona_id)
+
+    @property
+    def settings(self) -> ServerSettings:
+        """The server's cached settings (defaults in a DM or when never configured)."""
+        return self.memory._server(self.server_id)
+
+    def effective_privacy(self) -> Privacy:
+        """The stricter of the level passed for this turn and the user's stored choice."""
+        stored = self.memory._user(self.user_id).privacy
+        order = (Privacy.NONE, Privacy.PARTIAL, Privacy.FULL)
+        return max(self.privacy, stored, key=order.index)
+
+    def tool_possible(self) -> bool:
+        """Whether this kind of turn could ever be offered the tool (provider, tools, server
+        switch); the per-turn guards come on top. Only such turns advance the counter."""
+        if self.provider is not None and self.provider in self.memory.config.tool_less_providers:
+            return False
+        return self.has_tools and self.settings.stm_enabled
+
+    def meta(self, lineage: str | None) -> ScopeMeta:
+        private = False
+        if self.server_id is not None:
+            private = self.settings.is_private(self.channel_id, self.parent_channel_id)
+        return ScopeMeta(
+            server_id=self.server_id,
+            server_name=self.server_name,
+            channel_name=self.channel_name,
+            parent_channel_id=self.parent_channel_id,
+            private=private,
+            persona_lineage_id=lineage,
+        )
+
+    # -- write path 1: passive capture ----------------------------------------------------
+
+    async def capture(
+        self,
+        history: Sequence[Message] = (),
+        replies: Sequence[Reply] = (),
+        *,
+        stopped: bool = False,
+    ) -> None:
+        """Keep the recent dialogue of this turn.
+
+        Replaces the messages of the user scope and, in a guild, the server scope with the
+        newest ``max_messages`` of ``history + replies``; summaries and categories stay. One
+        entry per distinct reply persona. Skipped for stopped turns, turns without replies and
+        full-privacy users; full-privacy authors are dropped. Advances the live counter.
+        """
+        history = _checked("history", history, Message)
+        replies = _checked("replies", replies, Reply)
+        memory = self.memory
+        await memory._refresh_settings()
+        privacy = self.effective_privacy()
+        if stopped or not replies or privacy is Privacy.FULL:
+            memory._counts["captures_skipped"] += 1
+            return
+        now = memory.clock()
+        kept = self._admitted(history, now)
+        said = [self._reply_message(r, now) for r in replies if r.text.strip()]
+        if not said:
+            memory._counts["captures_skipped"] += 1
+            return
+        dialogue = tuple((kept + said)[-memory.config.max_messages :])
+        # The user's personal scope keeps only what they and the bot said: other people's
+        # messages never follow this user to another server.
+        own = tuple(
+            m
+            for m in dialogue
+            if m.role == "assistant" or m.author_id is None or m.author_id == self.user_id
+        )
+        personas: dict[str | None, str | None] = {}
+        for r in replies:
+            pid = r.persona_id if r.persona_id is not None else self.persona_id
+            if pid not in personas:
+                personas[pid] = r.persona_lineage_id or self.persona_lineage_id
+        counts = self.tool_possible() and not self.upgraded
+        for pid, lineage in personas.items():
+            meta = self.meta(lineage)
+            scopes: list[tuple[ScopeKey, tuple[Message, ...]]] = []
+            if privacy is not Privacy.PARTIAL:
+                scopes.append((self.user_key(pid), own))
+            server_key = self.server_key(pid)
+            if server_key is not None:
+                scopes.append((server_key, dialogue))
+            if not scopes:
+                continue  # a partial-privacy user in a DM: nothing personal is kept
+            live = server_key if server_key is not None else self.user_key(pid)
+            rows: Sequence[ScopeRow | None]
+            try:
+                rows = await memory.store.touch(
+                    [(k, meta) for k, _ in scopes], increment=live if counts else None, now=now
+                )
+                memory._store_ok()
+            except StoreUnavailable as exc:
+                # Capture serves from the hot tier during an outage; the counter step is lost
+                # and counted, never reported as done.
+                memory._store_failed("capture", exc)
+                memory._counts["degraded_captures"] += 1
+                rows = [None] * len(scopes)
+            for (key, messages), row in zip(scopes, rows, strict=True):
+                await memory.cache.capture(key, messages, meta, row, now)
+        memory._counts["captures"] += 1
+
+    def _admitted(self, history: Sequence[Message], now: float) -> list[Message]:
+        users = self.memory._users
+        cap = self.memory.config.max_message_chars
+        kept = []
+        for m in history:
+            if m.privacy is Privacy.FULL:
+                continue
+            if m.author_id is not None:
+                stored = users.get(m.author_id)
+                if stored is not None and stored.privacy is Privacy.FULL:
+                    continue
+            if not m.content.strip():
+                continue
+            if m.at is None or len(m.content) > cap:
+                m = dataclasses.replace(
+                    m, at=now if m.at is None else m.at, content=_cap(m.content, cap)
+                )
+            kept.append(m)
+        return kept
+
+    def _reply_message(self, reply: Reply, now: float) -> Message:
+        return Message(
+            "assistant",
+            _cap(reply.text, self.memory.config.max_message_chars),
+            speaker=reply.persona_name or self.bot_name,
+            at=now,
+        )
+
+
+def _cap(text: str, cap: int) -> str:
+    return text if len(text) <= cap else truncate(text, cap)
+
+
+def _checked(name: str, items: object, kind: type[T]) -> list[T]:
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise InvalidInput(name, items, f"a list of shortterm.{kind.__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidInput(f"{name}[{i}]", item, f"a shortterm.{kind.__name__}")
+    return list(items)
