@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from .errors import InvalidInput, StoreUnavailable
+from .intent import has_long_term_intent
 from .model import (
     Message,
     Privacy,
@@ -92,6 +93,7 @@ class Turn:
             raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
         self.locale = locale
         self.upgraded = False  # one successful upgrade per turn
+        self._intent: bool | None = None
 
     # -- scopes ---------------------------------------------------------------------------
 
@@ -130,6 +132,17 @@ class Turn:
         if self.provider is not None and self.provider in self.memory.config.tool_less_providers:
             return False
         return self.has_tools and self.settings.stm_enabled
+
+    @property
+    def long_term_intent(self) -> bool:
+        """The user explicitly asked for something to be remembered permanently."""
+        if self._intent is None:
+            self._intent = has_long_term_intent(self.user_message, self.locale)
+        return self._intent
+
+    def tool_available(self) -> bool:
+        """Whether the upgrade tool (and the cadence nudge) may be offered right now."""
+        return self.tool_possible() and not self.upgraded and not self.long_term_intent
 
     def meta(self, lineage: str | None) -> ScopeMeta:
         private = False
