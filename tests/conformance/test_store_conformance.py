@@ -1,0 +1,265 @@
+"""One suite, every durable backend: the Store contract in behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shortterm.model import Category, Privacy, ScopeKey, ServerSettings, UserSettings
+from shortterm.store.base import DistilledWrite, ScopeMeta
+from shortterm.text import clean_text
+from tests.support import T0, StoreFactory
+
+GUILD = ScopeMeta(
+    server_id="g1", server_name="Guild", channel_name="general", persona_lineage_id="L1"
+)
+U = ScopeKey.user("u1", "c1", "p1")
+S = ScopeKey.server("g1", "c1", "p1")
+SUMMARY = DistilledWrite(summary="we planned a hike", set_summary=True)
+
+
+async def test_touch_creates_rows_and_counts_only_the_live_scope(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    rows = await store.touch([(U, GUILD), (S, GUILD)], increment=S, now=T0)
+    assert [r.key for r in rows] == [U, S]
+    assert [r.turns_since_refresh for r in rows] == [0, 1]
+    assert rows[0].meta == GUILD and rows[1].meta.persona_lineage_id == "L1"
+    again = await store.touch([(U, GUILD), (S, GUILD)], increment=S, now=T0 + 5)
+    assert [r.turns_since_refresh for r in again] == [0, 2]
+    assert again[1].revision > rows[1].revision
+    assert again[1].updated_at == T0 + 5
+    loaded = await store.load(S)
+    assert loaded is not None and loaded.turns_since_refresh == 2
+
+
+async def test_persona_none_and_zero_are_different_scopes(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    none_key, zero_key = ScopeKey.user("u", "c"), ScopeKey.user("u", "c", "0")
+    await store.touch([(none_key, GUILD)], increment=none_key, now=T0)
+    await store.touch([(zero_key, GUILD)], increment=None, now=T0)
+    a, b = await store.load(none_key), await store.load(zero_key)
+    assert a is not None and b is not None
+    assert (a.key.persona_id, a.turns_since_refresh) == (None, 1)
+    assert (b.key.persona_id, b.turns_since_refresh) == ("0", 0)
+
+
+async def test_ids_with_colons_round_trip(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    key = ScopeKey.user("@ana:matrix.org", "!room:matrix.org", "persona:1")
+    await store.write_distilled([(key, None)], SUMMARY, reset_counter=None, now=T0)
+    row = await store.load(key)
+    assert row is not None and row.key == key and row.summary == "we planned a hike"
+    assert [r.key for r in await store.load_owner("user", "@ana:matrix.org")] == [key]
+
+
+async def test_summary_write_resets_only_the_live_counter(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    for _ in range(3):
+        await store.touch([(U, GUILD), (S, GUILD)], increment=S, now=T0)
+    rows = await store.write_distilled(
+        [(U, GUILD), (S, GUILD)], SUMMARY, reset_counter=S, now=T0 + 9
+    )
+    user_row, server_row = rows
+    assert user_row.summary == server_row.summary == "we planned a hike"
+    assert user_row.summary_at == server_row.summary_at == T0 + 9
+    assert server_row.turns_since_refresh == 0 and server_row.refresh_epoch == 1
+    assert user_row.refresh_epoch == 0
+    assert (await store.load(S)).turns_since_refresh == 0  # type: ignore[union-attr]
+
+
+async def test_clearing_a_summary_clears_its_time(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    await store.write_distilled([(S, GUILD)], SUMMARY, reset_counter=None, now=T0)
+    [row] = await store.write_distilled(
+        [(S, GUILD)], DistilledWrite(summary=None, set_summary=True), reset_counter=None, now=T0 + 1
+    )
+    assert row.summary is None and row.summary_at is None
+
+
+async def test_category_merge_changes_only_given_fields(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    first = DistilledWrite(categories={"mood": "calm", "topic": "hiking"})
+    await store.write_distilled([(S, GUILD)], first, reset_counter=None, now=T0)
+    [row] = await store.write_distilled(
+        [(S, GUILD)], DistilledWrite(categories={"mood": "excited"}), reset_counter=None, now=T0 + 1
+    )
+    assert dict(row.categories) == {"mood": "excited", "topic": "hiking"}
+    assert row.categories_at == T0 + 1
+    [row] = await store.write_distilled(
+        [(S, GUILD)], DistilledWrite(categories={"topic": None}), reset_counter=None, now=T0 + 2
+    )
+    assert dict(row.categories) == {"mood": "excited"}
+    [row] = await store.write_distilled(
+        [(S, GUILD)],
+        DistilledWrite(categories={"plans": "Saturday"}, replace_categories=True),
+        reset_counter=None,
+        now=T0 + 3,
+    )
+    assert dict(row.categories) == {"plans": "Saturday"}
+    [row] = await store.write_distilled(
+        [(S, GUILD)], DistilledWrite(categories={"plans": None}), reset_counter=None, now=T0 + 4
+    )
+    assert dict(row.categories) == {} and row.categories_at is None
+    assert row.summary is None  # category writes never touch the summary
+
+
+async def test_unknown_meta_keeps_stored_meta_and_lineage_is_never_lost(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    await store.touch([(S, GUILD)], increment=S, now=T0)
+    await store.write_distilled([(S, None)], SUMMARY, reset_counter=None, now=T0 + 1)
+    # A later capture that does not know the lineage must not erase it (the reference's W6).
+    anonymous = ScopeMeta(server_id="g1", channel_name="general")
+    await store.touch([(S, anonymous)], increment=S, now=T0 + 2)
+    row = await store.load(S)
+    assert row is not None
+    assert row.meta.persona_lineage_id == "L1" and row.meta.server_name == "Guild"
+    assert row.summary == "we planned a hike" and row.turns_since_refresh == 2
+
+
+async def test_private_flag_follows_the_latest_capture(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    private = ScopeMeta(server_id="g1", private=True, parent_channel_id="c0")
+    await store.touch([(S, private)], increment=None, now=T0)
+    row = await store.load(S)
+    assert row is not None and row.meta.private and row.meta.parent_channel_id == "c0"
+    await store.write_distilled([(S, None)], SUMMARY, reset_counter=None, now=T0 + 1)
+    assert (await store.load(S)).meta.private  # type: ignore[union-attr]
+
+
+async def test_load_owner_is_scoped_by_kind_and_owner(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    same_id_server = ScopeKey.server("u1", "c9")
+    await store.touch([(U, GUILD), (S, GUILD), (same_id_server, GUILD)], increment=None, now=T0)
+    await store.touch([(ScopeKey.user("u2", "c1"), GUILD)], increment=None, now=T0)
+    assert [r.key for r in await store.load_owner("user", "u1")] == [U]
+    assert {r.key for r in await store.load_owner("server", "u1")} == {same_id_server}
+    assert await store.load(ScopeKey.user("nobody", "c1")) is None
+
+
+async def test_iter_distilled_streams_only_live_distilled_rows(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    keys = [ScopeKey.server("g1", f"c{i}") for i in range(25)]
+    for i, key in enumerate(keys):
+        if i % 3 == 0:
+            await store.write_distilled([(key, GUILD)], SUMMARY, reset_counter=None, now=T0 + i)
+        elif i % 3 == 1:
+            change = DistilledWrite(categories={"mood": "ok"})
+            await store.write_distilled([(key, GUILD)], change, reset_counter=None, now=T0 + i)
+        else:
+            await store.touch([(key, GUILD)], increment=key, now=T0 + i)
+    batches = [b async for b in store.iter_distilled(since=T0 + 3.5, batch_rows=4)]
+    assert all(1 <= len(b) <= 4 for b in batches)
+    got = {r.key.channel_id for b in batches for r in b}
+    assert got == {f"c{i}" for i in range(4, 25) if i % 3 != 2}
+
+
+async def test_deletes_remove_exactly_their_rows(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    other_persona = ScopeKey.server("g1", "c1", "p2")
+    elsewhere = ScopeKey.user("u1", "c2", "p1")
+    server_elsewhere = ScopeKey.server("g1", "c2", "p1")
+    everything = [
+        (U, GUILD),
+        (S, GUILD),
+        (other_persona, GUILD),
+        (elsewhere, GUILD),
+        (server_elsewhere, GUILD),
+    ]
+    await store.touch(everything, increment=None, now=T0)
+    assert await store.delete_server_channel("g1", "c1", "p2") == 1
+    assert await store.load(other_persona) is None and await store.load(S) is not None
+    assert await store.delete_channel("c1") == 2
+    assert await store.load(U) is None and await store.load(S) is None
+    assert await store.delete_user_scopes("u1") == 1
+    assert await store.load(elsewhere) is None
+    assert await store.load(server_elsewhere) is not None
+    assert await store.delete_channel("c1") == 0
+
+
+async def test_janitor_deletes_rows_untouched_since_the_cutoff(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    old, fresh = ScopeKey.server("g1", "old"), ScopeKey.server("g1", "fresh")
+    await store.touch([(old, GUILD)], increment=None, now=T0)
+    await store.touch([(fresh, GUILD)], increment=None, now=T0 + 100)
+    assert await store.janitor(untouched_since=T0 + 50) == 1
+    assert await store.load(old) is None and await store.load(fresh) is not None
+
+
+async def test_settings_round_trip_in_order(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    settings = ServerSettings(
+        refresh_cadence=7,
+        render_mode="supersede",
+        crude_message_count=3,
+        nudge_depth=4,
+        content_depth=0,
+        tool_description="Keep notes for this channel.",
+        nudge_text=None,
+        categories=(Category("Mood", "How the room feels"), Category("Plans", "What is planned")),
+        stm_enabled=False,
+        private_channel_ids=frozenset({"c5", "c:6"}),
+        privacy_bypass=True,
+    )
+    await store.save_server_settings("g1", settings, now=T0)
+    await store.save_server_settings("g2", ServerSettings(), now=T0 + 10)
+    assert await store.server_settings_since(0) == {"g1": settings, "g2": ServerSettings()}
+    assert set(await store.server_settings_since(T0 + 5)) == {"g2"}
+    changed = ServerSettings(categories=(Category("Plans", "What is planned"),))
+    await store.save_server_settings("g1", changed, now=T0 + 20)
+    assert (await store.server_settings_since(T0 + 20))["g1"] == changed
+
+    await store.save_user_settings("u1", UserSettings(Privacy.FULL, True), now=T0)
+    await store.save_user_settings("u1", UserSettings(Privacy.PARTIAL, False), now=T0 + 1)
+    assert await store.user_settings_since(0) == {"u1": UserSettings(Privacy.PARTIAL, False)}
+    assert await store.user_settings_since(T0 + 2) == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "emoji 👩‍👩‍👧 and flags 🇯🇵 and RTL \u202eevil\u202c",
+        "'; DROP TABLE scopes; --",
+        "NUL\x00inside",
+        "x" * 100_000,
+    ],
+)
+async def test_hostile_text_is_stored_safely(store_factory: StoreFactory, text: str) -> None:
+    store = await store_factory()
+    change = DistilledWrite(summary=text, set_summary=True, categories={"note": text})
+    await store.write_distilled([(S, GUILD)], change, reset_counter=None, now=T0)
+    row = await store.load(S)
+    assert row is not None
+    assert row.summary in (text, clean_text(text))
+    assert row.categories["note"] in (text, clean_text(text))
+
+
+async def test_concurrent_increments_are_never_lost(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    keys = [ScopeKey.server("g1", f"c{i % 5}") for i in range(100)]
+    await asyncio.gather(*(store.touch([(k, GUILD)], increment=k, now=T0) for k in keys))
+    for i in range(5):
+        row = await store.load(ScopeKey.server("g1", f"c{i}"))
+        assert row is not None and row.turns_since_refresh == 20
+
+
+async def test_rows_survive_reopening(store_factory: StoreFactory) -> None:
+    first = await store_factory()
+    await first.write_distilled([(U, GUILD), (S, GUILD)], SUMMARY, reset_counter=S, now=T0)
+    await first.touch([(S, GUILD)], increment=S, now=T0 + 1)
+    await first.save_user_settings("u1", UserSettings(cross_server_opt_in=True), now=T0)
+    second = await store_factory()
+    row = await second.load(S)
+    assert row is not None and row.summary == "we planned a hike" and row.turns_since_refresh == 1
+    assert (await second.user_settings_since(0))["u1"].cross_server_opt_in
+
+
+async def test_migrate_is_idempotent(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    await store.touch([(S, GUILD)], increment=S, now=T0)
+    await store.migrate()
+    assert (await store.load(S)) is not None

@@ -1,0 +1,93 @@
+"""Shared fixtures: a fake clock, and factories for every store and hot-tier backend.
+
+Backends that need a service (PostgreSQL, Redis) read ``SHORTTERM_TEST_POSTGRES_URL`` /
+``SHORTTERM_TEST_REDIS_URL``. Unset, their tests skip with the reason; with
+``SHORTTERM_TEST_REQUIRE_SERVICES=1`` (CI) a missing service is a failure instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import shortterm
+from shortterm.cache.base import HotTier
+from shortterm.cache.inprocess import InProcessCache
+from shortterm.config import Config
+from shortterm.store.base import Store
+from shortterm.store.memory import MemoryStore
+from shortterm.store.sqlite import SQLiteStore
+from tests.support import CacheFactory, FakeClock, StoreFactory
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+STORE_BACKENDS = ["memory", "sqlite"]
+CACHE_BACKENDS = ["inprocess"]
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+async def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreFactory]:
+    """Opens (migrated) stores of one backend that all share the same durable state."""
+    opened: list[Store] = []
+    shared = MemoryStore()
+
+    async def make() -> Store:
+        store: Store
+        if request.param == "memory":
+            store = shared
+        elif request.param == "sqlite":
+            store = SQLiteStore(tmp_path / "conformance.db")
+        else:  # pragma: no cover - a backend added to STORE_BACKENDS without a branch here
+            raise AssertionError(request.param)
+        await store.migrate()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        if store is not shared:
+            await store.close()
+
+
+@pytest.fixture(params=CACHE_BACKENDS)
+async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFactory]:
+    opened: list[HotTier] = []
+
+    async def make(**overrides: int) -> HotTier:
+        cfg = Config().replace(**overrides) if overrides else Config()
+        cache: HotTier = InProcessCache(
+            crude_ttl_s=cfg.crude_ttl_s,
+            summary_ttl_s=cfg.summary_ttl_s,
+            max_entries=cfg.max_entries,
+            max_bytes=cfg.max_bytes,
+        )
+        opened.append(cache)
+        return cache
+
+    yield make
+    for cache in opened:
+        await cache.close()
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'stm.db'}"
+
+
+@pytest.fixture
+def config() -> Config:
+    return Config(sweep_interval_s=0)
+
+
+@pytest.fixture
+async def memory(db_url: str, clock: FakeClock, config: Config) -> AsyncIterator[shortterm.Memory]:
+    async with shortterm.open(store=db_url, clock=clock, config=config) as mem:
+        yield mem

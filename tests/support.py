@@ -1,0 +1,38 @@
+"""Test helpers shared by the suites (importable, unlike conftest)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from shortterm.cache.base import HotTier
+from shortterm.store.base import Store
+
+StoreFactory = Callable[[], Awaitable[Store]]
+CacheFactory = Callable[..., Awaitable[HotTier]]
+
+T0 = 1_800_000_000.0
+
+
+class FakeClock:
+    """Epoch seconds that move only when a test says so."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def service_url(variable: str, what: str) -> str:
+    url = os.environ.get(variable)
+    if url:
+        return url
+    if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{variable} is required here ({what} tests are mandatory in CI)")
+    pytest.skip(f"{what} not configured: set {variable} to run these tests")
