@@ -1,0 +1,187 @@
+"""One suite, every hot tier: the HotTier contract in behaviour (TTLs, indexes, revisions)."""
+
+from __future__ import annotations
+
+from shortterm.model import Message, ScopeKey
+from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
+from shortterm.store.memory import MemoryStore
+from tests.support import T0, CacheFactory
+
+META = ScopeMeta(server_id="g1", channel_name="general", persona_lineage_id="L1")
+S = ScopeKey.server("g1", "c1", "p1")
+U = ScopeKey.user("u1", "c1", "p1")
+HOUR = 3600.0
+
+
+def msgs(*texts: str, author: str = "u1") -> tuple[Message, ...]:
+    return tuple(Message("user", t, author_id=author, speaker="Ana", at=T0) for t in texts)
+
+
+async def summary_row(key: ScopeKey, text: str, now: float) -> ScopeRow:
+    store = MemoryStore()
+    change = DistilledWrite(summary=text, set_summary=True)
+    [row] = await store.write_distilled([(key, META)], change, reset_counter=None, now=now)
+    return row
+
+
+async def test_miss_then_capture_then_hit(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    assert await cache.get(S, T0) is None
+    await cache.capture(S, msgs("hello", "there"), META, None, T0)
+    entry = await cache.get(S, T0 + 1)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["hello", "there"]
+    assert entry.messages_at == T0
+    assert entry.persona_lineage_id == "L1"
+    assert entry.server_id == "g1"
+    assert entry.key == S
+
+
+async def test_capture_replaces_messages_and_keeps_the_mirrored_summary(
+    cache_factory: CacheFactory,
+) -> None:
+    cache = await cache_factory()
+    row = await summary_row(S, "the plan", T0)
+    await cache.apply_rows([row], T0)
+    await cache.capture(S, msgs("one"), META, None, T0 + 1)
+    await cache.capture(S, msgs("two", "three"), META, None, T0 + 2)
+    entry = await cache.get(S, T0 + 2)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["two", "three"]
+    assert entry.summary == "the plan"
+    assert entry.summary_at == T0
+
+
+async def test_older_revisions_never_overwrite_newer_ones(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    store = MemoryStore()
+    [old] = await store.touch([(S, META)], increment=S, now=T0)
+    [new] = await store.touch([(S, META)], increment=S, now=T0 + 1)
+    await cache.capture(S, msgs("newer"), META, new, T0 + 1)
+    await cache.capture(S, msgs("older"), META, old, T0 + 2)  # finished late: ignored
+    await cache.apply_rows([old], T0 + 2)
+    entry = await cache.get(S, T0 + 2)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["newer"]
+    assert entry.turns_since_refresh == 2
+    assert await cache.counter(S, T0 + 2) == 2
+
+
+async def test_crude_messages_expire_after_the_last_capture(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory(crude_ttl_s=12 * 3600)
+    await cache.capture(S, msgs("a"), META, None, T0)
+    await cache.capture(S, msgs("b"), META, None, T0 + 6 * HOUR)  # refreshes the crude clock
+    assert await cache.get(S, T0 + 17 * HOUR) is not None
+    assert await cache.get(S, T0 + 18 * HOUR) is None
+
+
+async def test_summary_expires_by_its_own_write_time_not_by_captures(
+    cache_factory: CacheFactory,
+) -> None:
+    cache = await cache_factory(crude_ttl_s=12 * 3600, summary_ttl_s=24 * 3600)
+    await cache.apply_rows([await summary_row(S, "old plan", T0)], T0)
+    for hour in range(0, 30, 2):  # captures every two hours never refresh the summary
+        await cache.capture(S, msgs(f"m{hour}"), META, None, T0 + hour * HOUR)
+    before = await cache.get(S, T0 + 23.9 * HOUR)
+    after = await cache.get(S, T0 + 24 * HOUR)
+    assert before is not None and before.summary == "old plan"
+    assert after is not None and after.summary is None and after.summary_at is None
+    assert after.messages  # the messages are still live
+
+
+async def test_categories_expire_on_the_summary_clock(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory(crude_ttl_s=12 * 3600, summary_ttl_s=24 * 3600)
+    store = MemoryStore()
+    change = DistilledWrite(categories={"mood": "calm"})
+    rows = await store.write_distilled([(S, META)], change, reset_counter=None, now=T0)
+    await cache.apply_rows(rows, T0)
+    entry = await cache.get(S, T0 + 20 * HOUR)  # past the 12 h crude clock
+    assert entry is not None and dict(entry.categories) == {"mood": "calm"}
+    assert await cache.get(S, T0 + 24 * HOUR) is None
+
+
+async def test_counter_only_records_are_cached_but_not_live(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    [row] = await MemoryStore().touch([(S, META)], increment=S, now=T0)
+    await cache.apply_rows([row], T0)
+    assert await cache.get(S, T0) is None
+    assert await cache.counter(S, T0) == 1
+    assert await cache.counter(U, T0) is None
+
+
+async def test_owner_entries_are_per_owner_and_live_only(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    for ch in ("c1", "c2", "c3"):
+        await cache.capture(ScopeKey.server("g1", ch, "p1"), msgs(ch), META, None, T0)
+    await cache.capture(ScopeKey.server("g2", "c9", "p1"), msgs("x"), META, None, T0)
+    await cache.capture(ScopeKey.user("g1", "c4", "p1"), msgs("y"), META, None, T0)
+    entries, _ = await cache.owner_entries("server", "g1", T0)
+    assert sorted(e.key.channel_id for e in entries) == ["c1", "c2", "c3"]
+    later, _ = await cache.owner_entries("server", "g1", T0 + 13 * HOUR)
+    assert later == []
+
+
+async def test_deletes_by_key_channel_and_owner(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    keys = [
+        ScopeKey.server("g1", "c1", "p1"),
+        ScopeKey.server("g1", "c1", None),
+        ScopeKey.user("u1", "c1", "p1"),
+        ScopeKey.user("u1", "c2", "p1"),
+        ScopeKey.server("g1", "c2", "p1"),
+    ]
+    for key in keys:
+        await cache.capture(key, msgs("hi"), META, None, T0)
+    assert await cache.delete_channel("c1") == 3
+    assert await cache.get(keys[0], T0) is None
+    assert await cache.get(keys[3], T0) is not None
+    assert await cache.delete_owner("user", "u1") == 1
+    assert await cache.get(keys[3], T0) is None
+    assert await cache.delete(keys[4]) is True
+    assert await cache.delete(keys[4]) is False
+    assert (await cache.owner_entries("server", "g1", T0))[0] == []
+
+
+async def test_scrub_author_removes_their_messages_everywhere(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    mixed = (
+        Message("user", "from ana", author_id="ana", at=T0),
+        Message("user", "from ben", author_id="ben", at=T0),
+        Message("assistant", "from bot", at=T0),
+    )
+    await cache.capture(S, mixed, META, None, T0)
+    await cache.capture(ScopeKey.user("ben", "c1"), mixed, META, None, T0)
+    await cache.capture(
+        ScopeKey.server("g1", "c7"), msgs("no ana here", author="ben"), META, None, T0
+    )
+    assert await cache.scrub_author("ana", T0) == 2
+    for key in (S, ScopeKey.user("ben", "c1")):
+        entry = await cache.get(key, T0)
+        assert entry is not None
+        assert [m.content for m in entry.messages] == ["from ben", "from bot"]
+    assert await cache.scrub_author("ana", T0) == 0
+
+
+async def test_sweep_removes_only_expired_entries(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory(crude_ttl_s=100, summary_ttl_s=1000)
+    await cache.capture(ScopeKey.server("g1", "a"), msgs("a"), META, None, T0)
+    await cache.capture(ScopeKey.server("g1", "b"), msgs("b"), META, None, T0 + 50)
+    await cache.apply_rows([await summary_row(ScopeKey.server("g1", "c"), "s", T0)], T0)
+    assert await cache.sweep(T0 + 120) == 1
+    assert cache.stats()["entries"] == 2
+    assert await cache.sweep(T0 + 200) == 1
+    assert await cache.sweep(T0 + 1001) == 1
+    assert cache.stats()["entries"] == 0
+    assert cache.stats()["expirations"] >= 3
+
+
+async def test_stats_count_hits_misses_and_bytes(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    await cache.get(S, T0)
+    await cache.capture(S, msgs("x" * 1000), META, None, T0)
+    await cache.get(S, T0)
+    stats = cache.stats()
+    assert stats["hits"] == 1 and stats["misses"] == 1 and stats["entries"] == 1
+    assert stats["bytes"] >= 1000
+    await cache.delete(S)
+    assert cache.stats()["bytes"] == 0
