@@ -36,5 +36,47 @@ def demo(store: str, cache: str, keep: bool) -> None:
         sys.exit(2)
 
 
+def _sizes(text: str) -> list[int]:
+    return [int(float(part)) for part in text.split(",") if part.strip()]
+
+
+@main.command()
+@click.option(
+    "--entries",
+    default="10000,1000000",
+    show_default=True,
+    help="Comma-separated live-entry counts to measure at.",
+)
+@click.option("--ops", default=20_000, show_default=True, help="Turns measured per size.")
+@click.option(
+    "--hydrate",
+    default="100000",
+    show_default=True,
+    help="Comma-separated row counts for the hydration measurement.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Markdown file whose 'Core' section is replaced with the results.",
+)
+def bench(entries: str, ops: int, hydrate: str, output: str | None) -> None:
+    """Measure capture, get, clears and hydration against the floor.
+
+    Example: shortterm bench --entries 10000 --ops 5000 --output docs/benchmarks.md
+    """
+    from pathlib import Path
+
+    from .bench.core import main_core, render_core
+    from .bench.report import replace_section
+
+    argv = " ".join(["shortterm bench", *sys.argv[2:]])
+    results = main_core(_sizes(entries), ops, _sizes(hydrate))
+    table = render_core(results, argv)
+    click.echo(table)
+    if output:
+        replace_section(Path(output), "Core: capture, get, clears, hydration", table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -53,6 +53,7 @@ class Memory:
         self.clock = clock
         self._servers: dict[str, ServerSettings] = {}
         self._users: dict[str, UserSettings] = {}
+        self._full_privacy_users: set[str] = set()  # checked for every captured message
         self._settings_checked_at = 0.0
         self._sweeper: asyncio.Task[None] | None = None
         self._degraded = False
@@ -77,7 +78,7 @@ class Memory:
         await self.store.migrate()
         now = self.clock()
         self._servers.update(await self.store.server_settings_since(0.0))
-        self._users.update(await self.store.user_settings_since(0.0))
+        self._remember_users(await self.store.user_settings_since(0.0))
         self._settings_checked_at = now
         await self._hydrate(now)
         if self.config.sweep_interval_s > 0:
@@ -137,6 +138,14 @@ class Memory:
     def _user(self, user_id: str) -> UserSettings:
         return self._users.get(user_id, _DEFAULT_USER)
 
+    def _remember_users(self, changed: Mapping[str, UserSettings]) -> None:
+        for user_id, settings in changed.items():
+            self._users[user_id] = settings
+            if settings.privacy is Privacy.FULL:
+                self._full_privacy_users.add(user_id)
+            else:
+                self._full_privacy_users.discard(user_id)
+
     async def _refresh_settings(self) -> None:
         """Pick up settings other processes changed; at most one query pair per interval."""
         now = self.clock()
@@ -146,7 +155,7 @@ class Memory:
         since = self._settings_checked_at - self.config.settings_refresh_s
         self._settings_checked_at = now
         self._servers.update(await self.store.server_settings_since(since))
-        self._users.update(await self.store.user_settings_since(since))
+        self._remember_users(await self.store.user_settings_since(since))
 
     async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
         check_id("server_id", server_id)
@@ -177,7 +186,7 @@ class Memory:
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
         await self.store.save_user_settings(user_id, settings, now=self.clock())
-        self._users[user_id] = settings
+        self._remember_users({user_id: settings})
         if settings.privacy is Privacy.FULL:
             # Choosing full privacy forgets what was already kept, not just what comes next.
             await self.clear_user(user_id)

@@ -8,8 +8,8 @@ guild and the user scope in a DM.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, TypeVar
 
 from .errors import InvalidInput, StoreUnavailable
@@ -182,19 +182,21 @@ class Turn:
             memory._counts["captures_skipped"] += 1
             return
         now = memory.clock()
-        kept = self._admitted(history, now)
-        said = [self._reply_message(r, now) for r in replies if r.text.strip()]
-        if not said:
-            memory._counts["captures_skipped"] += 1
+        cap = memory.config.max_message_chars
+        kept = self._admitted(history, now, cap)
+        admitted = len(kept)
+        for r in replies:
+            if r.text and not r.text.isspace():
+                speaker = r.persona_name or self.bot_name
+                kept.append(Message._unchecked("assistant", _cap(r.text, cap), None, speaker, now))
+        if len(kept) == admitted:
+            memory._counts["captures_skipped"] += 1  # every reply was blank
             return
-        dialogue = tuple((kept + said)[-memory.config.max_messages :])
+        dialogue = tuple(kept[-memory.config.max_messages :])
         # The user's personal scope keeps only what they and the bot said: other people's
         # messages never follow this user to another server.
-        own = tuple(
-            m
-            for m in dialogue
-            if m.role == "assistant" or m.author_id is None or m.author_id == self.user_id
-        )
+        uid = self.user_id
+        own = tuple(m for m in dialogue if m.role == "assistant" or m.author_id in (None, uid))
         personas: dict[str | None, str | None] = {}
         for r in replies:
             pid = r.persona_id if r.persona_id is not None else self.persona_id
@@ -204,14 +206,15 @@ class Turn:
         for pid, lineage in personas.items():
             meta = self.meta(lineage)
             scopes: list[tuple[ScopeKey, tuple[Message, ...]]] = []
+            user_key = ScopeKey._unchecked("user", uid, self.channel_id, pid)
             if privacy is not Privacy.PARTIAL:
-                scopes.append((self.user_key(pid), own))
-            server_key = self.server_key(pid)
-            if server_key is not None:
-                scopes.append((server_key, dialogue))
+                scopes.append((user_key, own))
+            live = user_key
+            if self.server_id is not None:
+                live = ScopeKey._unchecked("server", self.server_id, self.channel_id, pid)
+                scopes.append((live, dialogue))
             if not scopes:
                 continue  # a partial-privacy user in a DM: nothing personal is kept
-            live = server_key if server_key is not None else self.user_key(pid)
             rows: Sequence[ScopeRow | None]
             try:
                 rows = await memory.store.touch(
@@ -228,33 +231,29 @@ class Turn:
                 await memory.cache.capture(key, messages, meta, row, now)
         memory._counts["captures"] += 1
 
-    def _admitted(self, history: Sequence[Message], now: float) -> list[Message]:
-        users = self.memory._users
-        cap = self.memory.config.max_message_chars
+    def _admitted(self, history: Sequence[Message], now: float, cap: int) -> list[Message]:
+        """History minus full-privacy authors and blank messages, stamped and capped."""
+        full_users = self.memory._full_privacy_users
+        full = Privacy.FULL
         kept = []
         for m in history:
-            if m.privacy is Privacy.FULL:
+            if m.privacy is full or (full_users and m.author_id in full_users):
                 continue
-            if m.author_id is not None:
-                stored = users.get(m.author_id)
-                if stored is not None and stored.privacy is Privacy.FULL:
-                    continue
-            if not m.content.strip():
+            content = m.content
+            if not content or content.isspace():
                 continue
-            if m.at is None or len(m.content) > cap:
-                m = dataclasses.replace(
-                    m, at=now if m.at is None else m.at, content=_cap(m.content, cap)
+            if m.at is None or len(content) > cap:
+                m = Message._unchecked(
+                    m.role,
+                    _cap(content, cap),
+                    m.author_id,
+                    m.speaker,
+                    now if m.at is None else m.at,
+                    m.message_id,
+                    m.privacy,
                 )
             kept.append(m)
         return kept
-
-    def _reply_message(self, reply: Reply, now: float) -> Message:
-        return Message(
-            "assistant",
-            _cap(reply.text, self.memory.config.max_message_chars),
-            speaker=reply.persona_name or self.bot_name,
-            at=now,
-        )
 
 
 def _cap(text: str, cap: int) -> str:
@@ -264,7 +263,8 @@ def _cap(text: str, cap: int) -> str:
 def _checked(name: str, items: object, kind: type[T]) -> list[T]:
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
         raise InvalidInput(name, items, f"a list of shortterm.{kind.__name__}")
-    for i, item in enumerate(items):
-        if not isinstance(item, kind):
-            raise InvalidInput(f"{name}[{i}]", item, f"a shortterm.{kind.__name__}")
+    if not all(map(isinstance, items, repeat(kind))):
+        for i, item in enumerate(items):
+            if not isinstance(item, kind):
+                raise InvalidInput(f"{name}[{i}]", item, f"a shortterm.{kind.__name__}")
     return list(items)

@@ -13,6 +13,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..model import Entry, Message, ScopeKey, ScopeKind
 from ..store.base import ScopeMeta, ScopeRow
@@ -27,6 +28,8 @@ Owner = tuple[str, str]
 _RECORD_BYTES = 600
 _MESSAGE_BYTES = 260
 _INF = float("inf")
+_author = attrgetter("author_id")
+_content = attrgetter("content")
 
 
 @dataclass(slots=True, eq=False)
@@ -161,19 +164,20 @@ class InProcessCache:
             self._complete = False
 
     def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
-        authors = frozenset(m.author_id for m in messages if m.author_id is not None)
+        authors = frozenset(map(_author, messages))
         if authors != rec.authors:
             for a in rec.authors - authors:
                 _discard(self._by_author, a, kt)
             for a in authors - rec.authors:
-                self._by_author.setdefault(a, set()).add(kt)
+                if a is not None:  # the bot's own messages carry no author
+                    self._by_author.setdefault(a, set()).add(kt)
             rec.authors = authors
         rec.messages = messages
         self._resize(rec)
 
     def _resize(self, rec: _Record) -> None:
         size = _RECORD_BYTES + _MESSAGE_BYTES * len(rec.messages)
-        size += sum(len(m.content) for m in rec.messages)
+        size += sum(map(len, map(_content, rec.messages)))
         if rec.summary:
             size += len(rec.summary)
         for slug, text in rec.categories.items():

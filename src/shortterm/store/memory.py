@@ -6,8 +6,8 @@ the conformance suite holds every other backend to.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
 from .base import DistilledWrite, ScopeMeta, ScopeRow
@@ -61,24 +61,36 @@ class MemoryStore:
         return None
 
     def _upsert(
-        self, key: ScopeKey, meta: ScopeMeta | None, now: float, **changes: object
+        self,
+        key: ScopeKey,
+        meta: ScopeMeta | None,
+        now: float,
+        *,
+        inc: int = 0,
+        changes: dict[str, Any] | None = None,
     ) -> ScopeRow:
+        """Insert or update one row, as the SQL backends' single upsert statement does."""
         old = self._rows.get(key.astuple)
-        if meta is None:
-            meta = old.meta if old else ScopeMeta(server_id=_server_of(key))
-        elif old is not None:
-            meta = _keep_known(old.meta, meta)
         if old is None:
-            row = ScopeRow(key=key, meta=meta, updated_at=now)
-            row = dataclasses.replace(row, **changes) if changes else row  # type: ignore[arg-type]
+            fields: dict[str, Any] = {"turns_since_refresh": inc}
+            fields["meta"] = meta if meta is not None else ScopeMeta(server_id=_server_of(key))
         else:
-            row = dataclasses.replace(
-                old,
-                meta=meta,
-                revision=old.revision + 1,
-                updated_at=now,
-                **changes,  # type: ignore[arg-type]
-            )
+            fields = {
+                "summary": old.summary,
+                "summary_at": old.summary_at,
+                "categories": old.categories,
+                "categories_at": old.categories_at,
+                "turns_since_refresh": old.turns_since_refresh + inc,
+                "refresh_epoch": old.refresh_epoch,
+                "revision": old.revision + 1,
+            }
+            if meta is None or meta == old.meta:
+                fields["meta"] = old.meta
+            else:
+                fields["meta"] = _keep_known(old.meta, meta)
+        if changes:
+            fields.update(changes)
+        row = ScopeRow(key=key, updated_at=now, **fields)
         self._rows[key.astuple] = row
         return row
 
@@ -89,15 +101,8 @@ class MemoryStore:
         increment: ScopeKey | None,
         now: float,
     ) -> list[ScopeRow]:
-        out = []
-        for key, meta in scopes:
-            row = self._upsert(key, meta, now)
-            if increment is not None and key == increment:
-                row = self._rows[key.astuple] = dataclasses.replace(
-                    row, turns_since_refresh=row.turns_since_refresh + 1
-                )
-            out.append(row)
-        return out
+        live = increment.astuple if increment is not None else None
+        return [self._upsert(key, meta, now, inc=int(key.astuple == live)) for key, meta in scopes]
 
     async def write_distilled(
         self,
@@ -110,7 +115,7 @@ class MemoryStore:
         out = []
         for key, meta in scopes:
             old = self._rows.get(key.astuple)
-            changes: dict[str, object] = {}
+            changes: dict[str, Any] = {}
             if change.set_summary:
                 changes["summary"] = change.summary
                 changes["summary_at"] = None if change.summary is None else now
@@ -121,7 +126,7 @@ class MemoryStore:
             if reset_counter is not None and key == reset_counter:
                 changes["turns_since_refresh"] = 0
                 changes["refresh_epoch"] = (old.refresh_epoch if old else 0) + 1
-            out.append(self._upsert(key, meta, now, **changes))
+            out.append(self._upsert(key, meta, now, changes=changes))
         return out
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:

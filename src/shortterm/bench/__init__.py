@@ -1,0 +1,1 @@
+"""Benchmarks run on demand by ``shortterm bench`` (never as timed tests)."""
