@@ -140,6 +140,7 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
 
     def clock() -> float:
         return now  # frozen: every entry stays live for the whole run
+
     cache = InProcessCache(
         crude_ttl_s=cfg.crude_ttl_s,
         summary_ttl_s=cfg.summary_ttl_s,

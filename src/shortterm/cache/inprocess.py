@@ -12,7 +12,8 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 from operator import attrgetter
 
 from ..model import Entry, Message, ScopeKey, ScopeKind
@@ -32,24 +33,47 @@ _author = attrgetter("author_id")
 _content = attrgetter("content")
 
 
-@dataclass(slots=True, eq=False)
 class _Record:
-    key: ScopeKey
-    meta: ScopeMeta
-    messages: tuple[Message, ...] = ()
-    messages_at: float | None = None
-    summary: str | None = None
-    summary_at: float | None = None
-    categories: Mapping[str, str] = field(default_factory=dict)
-    categories_at: float | None = None
-    turns: int = 0
-    revision: int = 0
-    touched_at: float = 0.0
-    expires_at: float = 0.0
-    size: int = _RECORD_BYTES
-    authors: frozenset[str] = frozenset()
-    view: Entry | None = None
-    view_until: float = 0.0
+    """One cached scope. Mutable and private: readers only ever see :class:`Entry` views."""
+
+    __slots__ = (
+        "authors",
+        "categories",
+        "categories_at",
+        "expires_at",
+        "key",
+        "messages",
+        "messages_at",
+        "meta",
+        "revision",
+        "size",
+        "summary",
+        "summary_at",
+        "touched_at",
+        "turns",
+        "view",
+        "view_until",
+    )
+
+    _EMPTY: Mapping[str, str] = MappingProxyType({})
+
+    def __init__(self, key: ScopeKey, meta: ScopeMeta) -> None:
+        self.key = key
+        self.meta = meta
+        self.messages: tuple[Message, ...] = ()
+        self.messages_at: float | None = None
+        self.summary: str | None = None
+        self.summary_at: float | None = None
+        self.categories: Mapping[str, str] = self._EMPTY
+        self.categories_at: float | None = None
+        self.turns = 0
+        self.revision = 0
+        self.touched_at = 0.0
+        self.expires_at = 0.0
+        self.size = _RECORD_BYTES
+        self.authors: frozenset[str | None] = frozenset()
+        self.view: Entry | None = None
+        self.view_until = 0.0
 
 
 class InProcessCache:
@@ -147,8 +171,8 @@ class InProcessCache:
 
     def _insert(self, kt: Tup, rec: _Record) -> None:
         self._entries[kt] = rec
-        self._by_owner.setdefault((kt[0], kt[1]), set()).add(kt)
-        self._by_channel.setdefault(kt[2], set()).add(kt)
+        _add(self._by_owner, (kt[0], kt[1]), kt)
+        _add(self._by_channel, kt[2], kt)
         self._bytes += rec.size
 
     def _remove(self, kt: Tup, reason: str) -> None:
@@ -156,7 +180,8 @@ class InProcessCache:
         _discard(self._by_owner, (kt[0], kt[1]), kt)
         _discard(self._by_channel, kt[2], kt)
         for author in rec.authors:
-            _discard(self._by_author, author, kt)
+            if author is not None:
+                _discard(self._by_author, author, kt)
         self._bytes -= rec.size
         self._counts[reason] += 1
         if reason == "evictions":
@@ -166,11 +191,13 @@ class InProcessCache:
     def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
         authors = frozenset(map(_author, messages))
         if authors != rec.authors:
+            index = self._by_author
             for a in rec.authors - authors:
-                _discard(self._by_author, a, kt)
+                if a is not None:
+                    _discard(index, a, kt)
             for a in authors - rec.authors:
-                if a is not None:  # the bot's own messages carry no author
-                    self._by_author.setdefault(a, set()).add(kt)
+                if a is not None:
+                    _add(index, a, kt)
             rec.authors = authors
         rec.messages = messages
         self._resize(rec)
@@ -238,7 +265,7 @@ class InProcessCache:
         kt = key.astuple
         rec = self._entries.get(kt)
         if rec is None:
-            rec = _Record(key=key, meta=meta)
+            rec = _Record(key, meta)
             self._insert(kt, rec)
         elif row is not None and row.revision < rec.revision:
             return  # a newer write of this scope already landed
@@ -260,7 +287,7 @@ class InProcessCache:
             kt = row.key.astuple
             rec = self._entries.get(kt)
             if rec is None:
-                rec = _Record(key=row.key, meta=row.meta)
+                rec = _Record(row.key, row.meta)
                 self._insert(kt, rec)
             elif row.revision <= rec.revision:
                 continue
@@ -354,6 +381,14 @@ class InProcessCache:
         self._by_author.clear()
         self._heap.clear()
         self._bytes = 0
+
+
+def _add(index: dict[Any, set[Tup]], name: Any, kt: Tup) -> None:
+    keys = index.get(name)
+    if keys is None:
+        index[name] = {kt}
+    else:
+        keys.add(kt)
 
 
 def _discard(index: dict[str, set[Tup]] | dict[Owner, set[Tup]], name: object, kt: Tup) -> None:

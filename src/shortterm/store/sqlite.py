@@ -83,12 +83,34 @@ _SERVER_UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _SERVER_COLS)
 )
 
+# The capture path: every scope of a turn in one statement (one implicit transaction, one
+# WAL append). Capture always knows its metadata, so only "unknown" names and lineage keep
+# the stored value; the counter grows by each row's own increment.
+_TOUCH_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
+_TOUCH = (
+    "INSERT INTO scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name, "
+    "channel_name, parent_channel_id, private, persona_lineage_id, turns_since_refresh, "
+    "revision, created_at, updated_at) VALUES {rows} "
+    "ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET "
+    "server_id = COALESCE(excluded.server_id, s.server_id), "
+    "server_name = COALESCE(excluded.server_name, s.server_name), "
+    "channel_name = COALESCE(excluded.channel_name, s.channel_name), "
+    "parent_channel_id = COALESCE(excluded.parent_channel_id, s.parent_channel_id), "
+    "private = excluded.private, "
+    "persona_lineage_id = COALESCE(excluded.persona_lineage_id, s.persona_lineage_id), "
+    "turns_since_refresh = s.turns_since_refresh + excluded.turns_since_refresh, "
+    "revision = s.revision + 1, updated_at = excluded.updated_at "
+    f"RETURNING {_COLS}"
+)
+_TOUCH_BY_ROWS = {n: _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n)) for n in (1, 2, 3, 4)}
+
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
 
 
 def _row(r: Sequence[Any]) -> ScopeRow:
+    # Keys read back from our own table were validated when they were written.
     return ScopeRow(
-        key=ScopeKey(r[0], r[1], r[2], r[3]),
+        key=ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
         meta=ScopeMeta(
             server_id=r[4],
             server_name=r[5],
@@ -253,13 +275,35 @@ class SQLiteStore:
         increment: ScopeKey | None,
         now: float,
     ) -> list[ScopeRow]:
-        params = []
-        for key, meta in scopes:
-            p = _params(key, meta, now)
-            if increment is not None and key == increment:
-                p["inc"] = 1
-            params.append(p)
-        return self._guard("capture upsert", lambda: self._upsert_many(params))
+        live = increment.astuple if increment is not None else None
+        args: list[Any] = []
+        for key, m in scopes:
+            args += (
+                key.kind,
+                key.owner_id,
+                key.channel_id,
+                key.persona_id,
+                m.server_id,
+                m.server_name,
+                m.channel_name,
+                m.parent_channel_id,
+                int(m.private),
+                m.persona_lineage_id,
+                int(key.astuple == live),
+                now,
+                now,
+            )
+        statement = _TOUCH_BY_ROWS.get(len(scopes)) or _TOUCH.format(
+            rows=", ".join([_TOUCH_ROW] * len(scopes))
+        )
+
+        def run() -> list[ScopeRow]:
+            rows = {r.key.astuple: r for r in map(_row, self._db.execute(statement, args))}
+            return [rows[key.astuple] for key, _ in scopes]
+
+        if not scopes:
+            return []
+        return self._guard("capture upsert", run)
 
     async def write_distilled(
         self,
