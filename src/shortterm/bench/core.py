@@ -151,7 +151,11 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     work = Workload()
 
     # Grow both structures to `live` entries (shared message tuples keep RAM modest).
-    shared = tuple(work.history("u0", now))
+    # Population authors are nobody the workload talks as, so clears measure only their own k.
+    shared = tuple(
+        Message("user", m.content, author_id=f"pop-{m.author_id}", speaker=m.speaker, at=now)
+        for m in work.history("u0", now)
+    )
     meta = ScopeMeta(server_id="pop")
     started = time.perf_counter()
     for i in range(live):

@@ -6,7 +6,7 @@ the conformance suite holds every other backend to.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
@@ -50,9 +50,19 @@ def _keep_known(old: ScopeMeta, new: ScopeMeta) -> ScopeMeta:
     )
 
 
+def _unindex(index: dict[Any, set[Tup]], name: Any, t: Tup) -> None:
+    keys = index[name]
+    keys.discard(t)
+    if not keys:
+        del index[name]
+
+
 class MemoryStore:
     def __init__(self) -> None:
         self._rows: dict[Tup, ScopeRow] = {}
+        # Secondary indexes keep owner and channel queries O(k), as the SQL indexes do.
+        self._by_owner: dict[tuple[str, str], set[Tup]] = {}
+        self._by_channel: dict[str, set[Tup]] = {}
         self._servers: dict[str, tuple[ServerSettings, float]] = {}
         self._users: dict[str, tuple[UserSettings, float]] = {}
         self.closed = False
@@ -91,7 +101,11 @@ class MemoryStore:
         if changes:
             fields.update(changes)
         row = ScopeRow(key=key, updated_at=now, **fields)
-        self._rows[key.astuple] = row
+        kt = key.astuple
+        if old is None:
+            self._by_owner.setdefault((kt[0], kt[1]), set()).add(kt)
+            self._by_channel.setdefault(kt[2], set()).add(kt)
+        self._rows[kt] = row
         return row
 
     async def touch(
@@ -133,7 +147,7 @@ class MemoryStore:
         return self._rows.get(key.astuple)
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
-        return [r for t, r in self._rows.items() if t[0] == kind and t[1] == owner_id]
+        return [self._rows[t] for t in self._by_owner.get((kind, owner_id), ())]
 
     async def iter_distilled(
         self, *, since: float, batch_rows: int
@@ -150,22 +164,26 @@ class MemoryStore:
         if batch:
             yield batch
 
-    def _delete(self, doomed: list[Tup]) -> int:
-        for t in doomed:
-            del self._rows[t]
-        return len(doomed)
+    def _delete(self, doomed: Iterable[Tup]) -> int:
+        count = 0
+        for t in list(doomed):
+            if self._rows.pop(t, None) is None:
+                continue
+            count += 1
+            _unindex(self._by_owner, (t[0], t[1]), t)
+            _unindex(self._by_channel, t[2], t)
+        return count
 
     async def delete_channel(self, channel_id: str) -> int:
-        return self._delete([t for t in self._rows if t[2] == channel_id])
+        return self._delete(self._by_channel.get(channel_id, ()))
 
     async def delete_user_scopes(self, user_id: str) -> int:
-        return self._delete([t for t in self._rows if t[0] == "user" and t[1] == user_id])
+        return self._delete(self._by_owner.get(("user", user_id), ()))
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
     ) -> int:
-        doomed = ("server", server_id, channel_id, persona_id)
-        return self._delete([t for t in self._rows if t == doomed])
+        return self._delete([("server", server_id, channel_id, persona_id)])
 
     async def janitor(self, *, untouched_since: float) -> int:
         return self._delete([t for t, r in self._rows.items() if r.updated_at < untouched_since])
