@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -91,11 +92,19 @@ class Memory:
         started = time.perf_counter()
         evictions = self.cache.stats().get("evictions", 0)
         rows = 0
-        async for batch in self.store.iter_distilled(
-            since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
-        ):
-            await self.cache.apply_rows(batch, now)
-            rows += len(batch)
+        # A bulk load creates objects that all stay alive; the cyclic collector would walk
+        # the growing heap again and again for nothing, so it pauses until the load is done.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            async for batch in self.store.iter_distilled(
+                since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
+            ):
+                await self.cache.apply_rows(batch, now)
+                rows += len(batch)
+        finally:
+            if collecting:
+                gc.enable()
         self._counts["hydrated_rows"] += rows
         self.cache.set_complete(self.cache.stats().get("evictions", 0) == evictions)
         self.hydration_s = time.perf_counter() - started

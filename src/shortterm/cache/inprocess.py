@@ -146,7 +146,9 @@ class InProcessCache:
         rec.view_until = until
         return rec.view
 
-    def _reschedule(self, kt: Tup, rec: _Record) -> None:
+    def _reschedule(
+        self, kt: Tup, rec: _Record, pending: list[tuple[float, int, Tup]] | None = None
+    ) -> None:
         expiries = []
         if rec.messages and rec.messages_at is not None:
             expiries.append(rec.messages_at + self.crude_ttl_s)
@@ -158,7 +160,11 @@ class InProcessCache:
         expires = max(expiries) if expiries else rec.touched_at + self.crude_ttl_s
         if expires != rec.expires_at:
             rec.expires_at = expires
-            heapq.heappush(self._heap, (expires, next(self._seq), kt))
+            item = (expires, next(self._seq), kt)
+            if pending is not None:
+                pending.append(item)  # the caller heapifies a whole batch at once
+                return
+            heapq.heappush(self._heap, item)
             if len(self._heap) > 2 * len(self._entries) + 1024:
                 self._compact_heap()
 
@@ -283,21 +289,31 @@ class InProcessCache:
         self._enforce_bounds(kt)
 
     async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+        entries = self._entries
+        pending: list[tuple[float, int, Tup]] = []
+        kt: Tup | None = None
         for row in rows:
             kt = row.key.astuple
-            rec = self._entries.get(kt)
+            rec = entries.get(kt)
             if rec is None:
                 rec = _Record(row.key, row.meta)
                 self._insert(kt, rec)
             elif row.revision <= rec.revision:
                 continue
             else:
-                self._entries.move_to_end(kt)
+                entries.move_to_end(kt)
             self._mirror(rec, row)
             rec.touched_at = now
             self._resize(rec)
             rec.view = None
-            self._reschedule(kt, rec)
+            self._reschedule(kt, rec, pending)
+        if len(pending) > 64:  # hydration batches: one O(n) heapify beats n pushes
+            self._heap.extend(pending)
+            heapq.heapify(self._heap)
+        else:
+            for item in pending:
+                heapq.heappush(self._heap, item)
+        if kt is not None:
             self._enforce_bounds(kt)
 
     async def owner_entries(

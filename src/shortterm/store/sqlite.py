@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -108,26 +109,23 @@ _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_
 
 
 def _row(r: Sequence[Any]) -> ScopeRow:
-    # Keys read back from our own table were validated when they were written.
+    # Keys read back from our own table were validated when they were written. Positional
+    # construction: hydration builds a million of these.
     return ScopeRow(
-        key=ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
-        meta=ScopeMeta(
-            server_id=r[4],
-            server_name=r[5],
-            channel_name=r[6],
-            parent_channel_id=r[7],
-            private=bool(r[8]),
-            persona_lineage_id=r[9],
-        ),
-        summary=r[10],
-        summary_at=r[11],
-        categories=json.loads(r[12]) if r[12] != "{}" else {},
-        categories_at=r[13],
-        turns_since_refresh=r[14],
-        refresh_epoch=r[15],
-        revision=r[16],
-        updated_at=r[17],
+        ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
+        ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
+        r[10],
+        r[11],
+        json.loads(r[12]) if r[12] != "{}" else _NO_CATEGORIES,
+        r[13],
+        r[14],
+        r[15],
+        r[16],
+        r[17],
     )
+
+
+_NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
 def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
