@@ -110,3 +110,12 @@ async def test_a_failed_durable_clear_still_evicts_and_says_so(clock: FakeClock)
         with pytest.raises(StoreUnavailable):
             await memory.clear_channel("c1")
         assert memory.stats()["entries"] == 0
+
+
+async def test_the_sweeper_runs_in_the_background_and_stops_on_close(db_url: str) -> None:
+    memory = await shortterm.open(store=db_url, config=Config(sweep_interval_s=3600))
+    sweeper = memory._sweeper
+    assert sweeper is not None and not sweeper.done()
+    await memory.close()
+    assert sweeper.cancelled()
+    await memory.close()  # closing twice is harmless
