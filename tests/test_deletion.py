@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import shortterm
 from shortterm import Config, Message, Privacy, Reply, ScopeKey, StoreUnavailable, UserSettings
 from shortterm.store.memory import MemoryStore
+from shortterm.store.sqlite import SQLiteStore
 from tests.support import FakeClock
 
 G, P = "g1", "p1"
@@ -119,3 +122,30 @@ async def test_the_sweeper_runs_in_the_background_and_stops_on_close(db_url: str
     await memory.close()
     assert sweeper.cancelled()
     await memory.close()  # closing twice is harmless
+
+
+async def test_a_purged_user_leaves_no_bytes_in_the_sqlite_files(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    db = tmp_path / "audit.db"
+    async with shortterm.open(store=f"sqlite:///{db}", clock=clock, config=cfg()) as memory:
+        for channel in ("c1", "c2", "c3"):
+            await chat(memory, "purge-me-4242", channel, "keeper-7777")
+            await memory.set_summary(
+                ScopeKey.user("purge-me-4242", channel, P), "secret-summary-4242"
+            )
+        await memory.set_summary(ScopeKey.server(G, "c1", P), "kept-summary-1111")
+        await memory.clear_user("purge-me-4242")
+        store = memory.store
+        assert isinstance(store, SQLiteStore)
+        store.checkpoint()
+        rows = await store.load_owner("user", "purge-me-4242")
+        assert rows == []
+    files = _read_all(tmp_path)
+    assert all(b"purge-me-4242" not in data for data in files.values()), files.keys()
+    assert all(b"secret-summary-4242" not in data for data in files.values())
+    assert b"kept-summary-1111" in files["audit.db"]  # the audit does see what is still there
+
+
+def _read_all(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}

@@ -21,7 +21,7 @@ def test_readme_example_runs(
     body = "\n".join("    " + line for line in code.splitlines())
     monkeypatch.chdir(tmp_path)  # the default store is ./shortterm.db
     namespace: dict[str, object] = {}
-    exec(f"async def _example():\n{body}\n", namespace)  # noqa: S102 - our own README
+    exec(f"async def _example():\n{body}\n", namespace)
     asyncio.run(namespace["_example"]())  # type: ignore[arg-type]
     out = capsys.readouterr().out
     assert "Ridge trail" in out and "Hike planned" in out

@@ -188,6 +188,9 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             self._db.execute("PRAGMA foreign_keys=ON")
+            # Deleted rows are overwritten, not just unlinked: a purged user's ids and
+            # summaries must not linger in free pages of the file.
+            self._db.execute("PRAGMA secure_delete=ON")
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._closed = False
@@ -504,6 +507,10 @@ class SQLiteStore:
         if not self._closed:
             self._closed = True
             self._db.close()
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the main file and truncate it (tests and backups)."""
+        self._guard("checkpoint", lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
 
     def integrity_check(self) -> str:
         return str(
