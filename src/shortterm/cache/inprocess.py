@@ -12,9 +12,9 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
-from operator import attrgetter
 
 from ..model import Entry, Message, ScopeKey, ScopeKind
 from ..store.base import ScopeMeta, ScopeRow
