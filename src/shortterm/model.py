@@ -8,6 +8,7 @@ from strings) and ``persona_id=None`` means "no persona" while ``"0"`` is a real
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -145,10 +146,13 @@ class Message:
             raise InvalidInput("role", self.role, "'user' or 'assistant'")
         if not isinstance(self.content, str):
             raise InvalidInput("content", self.content, "a string")
-        check_optional_id("author_id", self.author_id)
+        # Author ids and names repeat across thousands of cached messages: one shared copy each.
+        if check_optional_id("author_id", self.author_id) is not None:
+            object.__setattr__(self, "author_id", sys.intern(self.author_id))  # type: ignore[arg-type]
         check_optional_id("message_id", self.message_id)
         if self.speaker is not None:
-            object.__setattr__(self, "speaker", check_optional_text("speaker", self.speaker, 200))
+            speaker = check_optional_text("speaker", self.speaker, 200)
+            object.__setattr__(self, "speaker", sys.intern(speaker))  # type: ignore[arg-type]
         if self.at is not None:
             _check_time("at", self.at)
             object.__setattr__(self, "at", float(self.at))
