@@ -7,6 +7,7 @@ Backends that need a service (PostgreSQL, Redis) read ``SHORTTERM_TEST_POSTGRES_
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +20,13 @@ from shortterm.config import Config
 from shortterm.store.base import Store
 from shortterm.store.memory import MemoryStore
 from shortterm.store.sqlite import SQLiteStore
-from tests.support import CacheFactory, FakeClock, StoreFactory
+from tests.support import (
+    CacheFactory,
+    FakeClock,
+    StoreFactory,
+    drop_postgres_schema,
+    service_url,
+)
 
 
 @pytest.fixture
@@ -27,7 +34,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-STORE_BACKENDS = ["memory", "sqlite"]
+STORE_BACKENDS = ["memory", "sqlite", "postgres"]
 CACHE_BACKENDS = ["inprocess"]
 
 
@@ -38,6 +45,10 @@ async def store_factory(
     """Opens (migrated) stores of one backend that all share the same durable state."""
     opened: list[Store] = []
     shared = MemoryStore()
+    pg_url = ""
+    schema = f"t_{uuid.uuid4().hex[:16]}"  # one schema per test, shared by its stores
+    if request.param == "postgres":
+        pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
 
     async def make() -> Store:
         store: Store
@@ -45,6 +56,10 @@ async def store_factory(
             store = shared
         elif request.param == "sqlite":
             store = SQLiteStore(tmp_path / "conformance.db")
+        elif request.param == "postgres":
+            from shortterm.store.postgres import PostgresStore
+
+            store = PostgresStore.from_url(pg_url, schema=schema)
         else:  # pragma: no cover - a backend added to STORE_BACKENDS without a branch here
             raise AssertionError(request.param)
         await store.migrate()
@@ -55,6 +70,8 @@ async def store_factory(
     for store in opened:
         if store is not shared:
             await store.close()
+    if pg_url:
+        await drop_postgres_schema(pg_url, schema)
 
 
 @pytest.fixture(params=CACHE_BACKENDS)

@@ -36,3 +36,11 @@ def service_url(variable: str, what: str) -> str:
     if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{variable} is required here ({what} tests are mandatory in CI)")
     pytest.skip(f"{what} not configured: set {variable} to run these tests")
+
+
+async def drop_postgres_schema(url: str, schema: str) -> None:
+    """Remove a test's private schema (and everything in it)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
