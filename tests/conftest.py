@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -24,6 +25,7 @@ from tests.support import (
     CacheFactory,
     FakeClock,
     StoreFactory,
+    clear_redis_prefix,
     drop_postgres_schema,
     service_url,
 )
@@ -35,7 +37,7 @@ def clock() -> FakeClock:
 
 
 STORE_BACKENDS = ["memory", "sqlite", "postgres"]
-CACHE_BACKENDS = ["inprocess"]
+CACHE_BACKENDS = ["inprocess", "redis"]
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -77,21 +79,37 @@ async def store_factory(
 @pytest.fixture(params=CACHE_BACKENDS)
 async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFactory]:
     opened: list[HotTier] = []
+    prefixes: list[str] = []
+    redis_url = ""
+    if request.param == "redis":
+        redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
 
     async def make(**overrides: int) -> HotTier:
         cfg = Config().replace(**overrides) if overrides else Config()
-        cache: HotTier = InProcessCache(
-            crude_ttl_s=cfg.crude_ttl_s,
-            summary_ttl_s=cfg.summary_ttl_s,
-            max_entries=cfg.max_entries,
-            max_bytes=cfg.max_bytes,
-        )
+        cache: HotTier
+        if request.param == "inprocess":
+            cache = InProcessCache(
+                crude_ttl_s=cfg.crude_ttl_s,
+                summary_ttl_s=cfg.summary_ttl_s,
+                max_entries=cfg.max_entries,
+                max_bytes=cfg.max_bytes,
+            )
+        elif request.param == "redis":
+            from shortterm.cache.redis import RedisCache
+
+            prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"  # a fresh, empty cache per call
+            prefixes.append(prefix)
+            cache = RedisCache.from_url(f"{redis_url}?prefix={quote(prefix)}", cfg)
+        else:  # pragma: no cover - a backend added to CACHE_BACKENDS without a branch here
+            raise AssertionError(request.param)
         opened.append(cache)
         return cache
 
     yield make
     for cache in opened:
         await cache.close()
+    for prefix in prefixes:
+        await clear_redis_prefix(redis_url, prefix)
 
 
 @pytest.fixture

@@ -44,3 +44,15 @@ async def drop_postgres_schema(url: str, schema: str) -> None:
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def clear_redis_prefix(url: str, prefix: str) -> None:
+    """Remove every key a test wrote under its private prefix (SCAN + DEL)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        async for name in client.scan_iter(match=f"{prefix}*", count=1000):
+            await client.delete(name)
+    finally:
+        await client.aclose()
