@@ -126,3 +126,17 @@ def config() -> Config:
 async def memory(db_url: str, clock: FakeClock, config: Config) -> AsyncIterator[shortterm.Memory]:
     async with shortterm.open(store=db_url, clock=clock, config=config) as mem:
         yield mem
+
+
+@pytest.fixture
+async def scale_urls() -> AsyncIterator[tuple[str, str]]:
+    """A PostgreSQL store URL on a fresh schema and a Redis URL with a fresh prefix, both
+    removed after the test: what several bot processes would share."""
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    tag = uuid.uuid4().hex[:16]
+    schema, prefix = f"t_{tag}", f"stm-test:{tag}:"
+    sep = "&" if "?" in pg_url else "?"
+    yield f"{pg_url}{sep}schema={schema}", f"{redis_url}?prefix={quote(prefix)}"
+    await drop_postgres_schema(pg_url, schema)
+    await clear_redis_prefix(redis_url, prefix)

@@ -40,6 +40,7 @@ log = logging.getLogger("shortterm")
 Clock = Callable[[], float]
 
 _DEFAULT_SERVER = ServerSettings()
+_SETTINGS_OVERLAP_S = 5.0
 _DEFAULT_USER = UserSettings()
 
 
@@ -142,8 +143,10 @@ class Memory:
         now = self.clock()
         if now - self._settings_checked_at < self.config.settings_refresh_s:
             return
-        # Overlap the window so a write stamped just before our last check is not missed.
-        since = self._settings_checked_at - self.config.settings_refresh_s
+        # Overlap the window so a write stamped just before our last check is not missed: the
+        # writer takes its timestamp before it commits, so with a short interval (0 re-reads
+        # on every turn) the overlap must still cover a commit in flight and clock skew.
+        since = self._settings_checked_at - max(self.config.settings_refresh_s, _SETTINGS_OVERLAP_S)
         self._settings_checked_at = now
         self._servers.update(await self.store.server_settings_since(since))
         self._users.update(await self.store.user_settings_since(since))
