@@ -119,7 +119,7 @@ async def test_concurrent_turns_in_two_processes_lose_nothing(
             a.call("storm", turns=turns, channels=channels),
             b.call("storm", turns=turns, channels=channels),
         )
-        assert degraded == [0, 0]
+        assert list(degraded) == [0, 0]
         per_channel = 2 * turns // channels
         store = PostgresStore.from_url(scale_urls[0])
         try:

@@ -45,6 +45,7 @@ does not allow.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -451,6 +452,8 @@ class RedisCache:
 
     async def _call(self, what: str, awaitable: Any) -> Any:
         if self._closed:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # never started: let it go without a "never awaited" warning
             raise StoreUnavailable("Redis hot tier is closed")
         try:
             return await awaitable
