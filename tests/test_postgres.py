@@ -15,6 +15,7 @@ from shortterm.errors import ConfigError, StoreUnavailable
 from shortterm.model import Category, ScopeKey, ServerSettings
 from shortterm.store import migrations
 from shortterm.store.base import DistilledWrite, ScopeMeta
+from shortterm.store.memory import MemoryStore
 from shortterm.store.postgres import PostgresStore
 from shortterm.text import clean_text
 from tests.support import T0, FakeClock, drop_postgres_schema, service_url
@@ -229,3 +230,15 @@ async def test_the_facade_runs_on_postgres(pg_url: str, schema: str) -> None:
         assert entry.messages == () and entry.turns_since_refresh == 1
         assert await memory.clear_channel("222") == 2  # the user and the server scope
         assert await memory.get(key) is None
+
+
+async def test_a_scope_given_twice_is_applied_twice_in_order(pg_url: str, schema: str) -> None:
+    store = PostgresStore.from_url(pg_url, schema=schema)
+    reference = MemoryStore()
+    try:
+        await store.migrate()
+        for s in (store, reference):
+            rows = await s.touch([(S, META), (S, META)], increment=S, now=T0)
+            assert [r.turns_since_refresh for r in rows] == [1, 2]
+    finally:
+        await store.close()

@@ -101,6 +101,7 @@ RETURNING {_COLS}
 
 _KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
 
+_PARAM = re.compile(r"%\((\w+)\)s")
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 _SERVER_COLS = (
@@ -242,6 +243,7 @@ class PostgresStore:
         t = f'"{schema}".' if schema else ""
         self._t = t
         self._upsert = _UPSERT.format(t=t)
+        self._multi: dict[int, str] = {}
         self._lock_name = f"shortterm.migrate:{schema or ''}"
 
     @classmethod
@@ -292,20 +294,53 @@ class PostgresStore:
 
     @asynccontextmanager
     async def _tx(self, what: str) -> AsyncIterator[Conn]:
-        """One transaction sent as a pipeline: its statements and the COMMIT travel together,
-        so the whole transaction costs about one round trip."""
-        async with self._conn(what) as conn, conn.pipeline(), conn.transaction():
+        async with self._conn(what) as conn, conn.transaction():
             yield conn
 
+    def _multi_upsert(self, n: int) -> str:
+        """One statement upserting ``n`` rows, each in its own data-modifying CTE.
+
+        A statement is atomic on its own, so several scopes cost one round trip and no
+        BEGIN/COMMIT; each CTE's ON CONFLICT clause locks and reads its own row, so counters
+        and category merges stay exact under concurrency."""
+        sql = self._multi.get(n)
+        if sql is None:
+            ctes = []
+            for i in range(n):
+                body = _PARAM.sub(rf"%(\1_{i})s", self._upsert.strip())
+                ctes.append(f"r{i} AS ({body})")
+            union = " UNION ALL ".join(f"SELECT {i} AS i, * FROM r{i}" for i in range(n))
+            sql = self._multi[n] = f"WITH {', '.join(ctes)} {union} ORDER BY i"
+        return sql
+
     async def _upsert_many(self, what: str, params: list[dict[str, Any]]) -> list[ScopeRow]:
-        if len(params) == 1:  # a single statement is its own transaction
+        if len(params) == 1:
             async with self._conn(what) as conn:
                 cur = await conn.execute(self._upsert, params[0])
                 return [_row(_one(await cur.fetchone()))]
-        async with self._tx(what) as conn:
-            cursors = [await conn.execute(self._upsert, p) for p in params]
-        # The pipeline has synced on leaving the block: every result is here.
-        return [_row(_one(await c.fetchone())) for c in cursors]
+        keys = [(p["kind"], p["owner"], p["channel"], p["persona"] or "") for p in params]
+        if len(set(keys)) < len(keys):
+            # One statement cannot change a row twice: apply repeats in order, in a
+            # transaction (the caller asked for something odd, not for something fast).
+            async with self._tx(what) as conn:
+                out = []
+                for p in params:
+                    cur = await conn.execute(self._upsert, p)
+                    out.append(_row(_one(await cur.fetchone())))
+                return out
+        # Rows are locked in key order, whatever the caller's order, so two writers of
+        # overlapping scopes can never deadlock.
+        order = sorted(range(len(params)), key=keys.__getitem__)
+        merged: dict[str, Any] = {}
+        for i, j in enumerate(order):
+            merged.update({f"{name}_{i}": value for name, value in params[j].items()})
+        async with self._conn(what) as conn:
+            cur = await conn.execute(self._multi_upsert(len(params)), merged)
+            result = await cur.fetchall()
+        rows: list[ScopeRow | None] = [None] * len(params)
+        for r in result:
+            rows[order[r[0]]] = _row(r[1:])
+        return [_one_row(r) for r in rows]
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -562,6 +597,12 @@ class PostgresStore:
         self._closed = True
         if self._owns_pool:
             await self.pool.close()
+
+
+def _one_row(row: ScopeRow | None) -> ScopeRow:
+    if row is None:  # pragma: no cover - every CTE returns its row
+        raise StoreUnavailable("PostgreSQL returned fewer rows than scopes written")
+    return row
 
 
 def _one(row: Sequence[Any] | None) -> Sequence[Any]:
