@@ -28,6 +28,7 @@ from tests.support import (
     clear_redis_prefix,
     drop_postgres_schema,
     service_url,
+    with_query,
 )
 
 
@@ -99,7 +100,7 @@ async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFa
 
             prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"  # a fresh, empty cache per call
             prefixes.append(prefix)
-            cache = RedisCache.from_url(f"{redis_url}?prefix={quote(prefix)}", cfg)
+            cache = RedisCache.from_url(with_query(redis_url, prefix=quote(prefix)), cfg)
         else:  # pragma: no cover - a backend added to CACHE_BACKENDS without a branch here
             raise AssertionError(request.param)
         opened.append(cache)
@@ -136,7 +137,6 @@ async def scale_urls() -> AsyncIterator[tuple[str, str]]:
     redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
     tag = uuid.uuid4().hex[:16]
     schema, prefix = f"t_{tag}", f"stm-test:{tag}:"
-    sep = "&" if "?" in pg_url else "?"
-    yield f"{pg_url}{sep}schema={schema}", f"{redis_url}?prefix={quote(prefix)}"
+    yield with_query(pg_url, schema=schema), with_query(redis_url, prefix=quote(prefix))
     await drop_postgres_schema(pg_url, schema)
     await clear_redis_prefix(redis_url, prefix)

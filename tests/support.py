@@ -38,6 +38,12 @@ def service_url(variable: str, what: str) -> str:
     pytest.skip(f"{what} not configured: set {variable} to run these tests")
 
 
+def with_query(url: str, **options: object) -> str:
+    """``url`` with ``options`` added to its query string."""
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
 async def drop_postgres_schema(url: str, schema: str) -> None:
     """Remove a test's private schema (and everything in it)."""
     import psycopg

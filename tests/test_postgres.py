@@ -18,7 +18,7 @@ from shortterm.store.base import DistilledWrite, ScopeMeta
 from shortterm.store.memory import MemoryStore
 from shortterm.store.postgres import PostgresStore
 from shortterm.text import clean_text
-from tests.support import T0, FakeClock, drop_postgres_schema, service_url
+from tests.support import T0, FakeClock, drop_postgres_schema, service_url, with_query
 
 S = ScopeKey.server("g1", "c1", "p1")
 META = ScopeMeta(server_id="g1", server_name="Guild", channel_name="general")
@@ -35,11 +35,6 @@ async def schema(pg_url: str) -> AsyncIterator[str]:
     name = f"t_{uuid.uuid4().hex[:16]}"
     yield name
     await drop_postgres_schema(pg_url, name)
-
-
-def _with(url: str, **options: object) -> str:
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 async def _admin(url: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
@@ -96,7 +91,7 @@ async def test_nul_bytes_become_replacement_characters_everywhere(pg_url: str, s
 
 async def test_schema_comes_from_the_url_and_isolates(pg_url: str, schema: str) -> None:
     other = f"{schema}_b"
-    a = PostgresStore.from_url(_with(pg_url, schema=schema))
+    a = PostgresStore.from_url(with_query(pg_url, schema=schema))
     b = PostgresStore.from_url(pg_url, schema=other)
     try:
         await asyncio.gather(a.migrate(), b.migrate())
@@ -129,7 +124,7 @@ async def test_concurrent_migrators_apply_each_migration_once(pg_url: str, schem
 )
 def test_bad_url_options_are_config_errors(pg_url: str, query: str) -> None:
     with pytest.raises(ConfigError):
-        PostgresStore.from_url(_with(pg_url, **dict([query.split("=")])))
+        PostgresStore.from_url(with_query(pg_url, **dict([query.split("=")])))
 
 
 def test_other_schemes_are_refused() -> None:
@@ -154,7 +149,7 @@ async def test_a_connection_dropped_mid_write_fails_it_and_the_pool_recovers(
     pg_url: str, schema: str
 ) -> None:
     app = f"stm-{uuid.uuid4().hex[:12]}"
-    store = PostgresStore.from_url(_with(pg_url, application_name=app), schema=schema)
+    store = PostgresStore.from_url(with_query(pg_url, application_name=app), schema=schema)
     admin = await _admin(pg_url)
     locker = await psycopg.AsyncConnection.connect(pg_url)
     try:
@@ -195,7 +190,7 @@ async def test_dropped_idle_connections_fail_one_operation_then_recover(
     pg_url: str, schema: str
 ) -> None:
     app = f"stm-{uuid.uuid4().hex[:12]}"
-    url = _with(pg_url, application_name=app, pool_min_size=3)
+    url = with_query(pg_url, application_name=app, pool_min_size=3)
     store = PostgresStore.from_url(url, schema=schema)
     admin = await _admin(pg_url)
     try:
@@ -212,7 +207,7 @@ async def test_dropped_idle_connections_fail_one_operation_then_recover(
 
 
 async def test_the_facade_runs_on_postgres(pg_url: str, schema: str) -> None:
-    url = _with(pg_url, schema=schema)
+    url = with_query(pg_url, schema=schema)
     clock = FakeClock()
     config = shortterm.Config(sweep_interval_s=0)
     key = ScopeKey.server("333", "222", "7")

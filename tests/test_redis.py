@@ -19,7 +19,7 @@ from shortterm.errors import ConfigError, StoreUnavailable
 from shortterm.model import Message, ScopeKey
 from shortterm.store.base import DistilledWrite, ScopeMeta
 from shortterm.store.memory import MemoryStore
-from tests.support import T0, FakeClock, clear_redis_prefix, service_url
+from tests.support import T0, FakeClock, clear_redis_prefix, service_url, with_query
 
 META = ScopeMeta(server_id="g1", channel_name="general")
 S = ScopeKey.server("g1", "c1", "p1")
@@ -59,7 +59,7 @@ async def open_cache(redis_url: str, prefix: str) -> AsyncIterator[Opener]:
 
     async def make(query: str = "", **overrides: int) -> RedisCache:
         cfg = Config().replace(**overrides) if overrides else Config()
-        url = f"{redis_url}?prefix={quote(prefix)}" + (f"&{query}" if query else "")
+        url = with_query(redis_url, prefix=quote(prefix)) + (f"&{query}" if query else "")
         cache = RedisCache.from_url(url, cfg)
         opened.append(cache)
         return cache
@@ -86,7 +86,9 @@ async def test_instances_on_one_prefix_share_state_and_revisions(open_cache: Ope
 
 async def test_prefixes_do_not_see_each_other(open_cache: Opener, redis_url: str) -> None:
     mine = await open_cache()
-    theirs = RedisCache.from_url(f"{redis_url}?prefix=stm-test:{uuid.uuid4().hex}:", Config())
+    theirs = RedisCache.from_url(
+        with_query(redis_url, prefix=f"stm-test:{uuid.uuid4().hex}:"), Config()
+    )
     try:
         await mine.capture(S, msgs("hi"), META, None, T0)
         assert await theirs.get(S, T0) is None
@@ -230,10 +232,12 @@ async def test_a_killed_connection_is_replaced_by_the_default_retry(
     assert entry is not None and [m.content for m in entry.messages] == ["after"]
 
 
-@pytest.mark.parametrize("query", ["retries=many", "owner_complete_ttl_s=-1", "socket_timeout=x"])
+@pytest.mark.parametrize(
+    "query", ["retries=many", "owner_complete_ttl_s=-1", "safety_margin_s=nan", "max_connections=x"]
+)
 def test_bad_url_options_are_config_errors(redis_url: str, query: str) -> None:
     with pytest.raises(ConfigError):
-        RedisCache.from_url(f"{redis_url}?{query}", Config())
+        RedisCache.from_url(with_query(redis_url, **dict([query.split("=")])), Config())
 
 
 def test_other_schemes_are_refused() -> None:
