@@ -40,8 +40,8 @@ log = logging.getLogger("shortterm")
 Clock = Callable[[], float]
 
 _DEFAULT_SERVER = ServerSettings()
-_SETTINGS_OVERLAP_S = 5.0
 _DEFAULT_USER = UserSettings()
+_SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
 
 
 class Memory:
