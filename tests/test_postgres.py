@@ -120,7 +120,14 @@ async def test_concurrent_migrators_apply_each_migration_once(pg_url: str, schem
 
 @pytest.mark.parametrize(
     "query",
-    ["schema=bad-name", "pool_max_size=lots", "pool_min_size=0", "schema=1starts_with_digit"],
+    [
+        "schema=bad-name",
+        "pool_max_size=lots",
+        "pool_min_size=0",
+        "schema=1starts_with_digit",
+        "pool_timeout_s=0",
+        "pool_timeout_s=soon",
+    ],
 )
 def test_bad_url_options_are_config_errors(pg_url: str, query: str) -> None:
     with pytest.raises(ConfigError):
@@ -134,7 +141,7 @@ def test_other_schemes_are_refused() -> None:
 
 async def test_an_unreachable_server_is_store_unavailable() -> None:
     store = PostgresStore.from_url(
-        "postgresql://postgres@127.0.0.1:9/test?connect_timeout=1&pool_timeout_s=1"
+        "postgresql://postgres@127.0.0.1:9/test?connect_timeout=1&pool_timeout_s=0.2"
     )
     try:
         with pytest.raises(StoreUnavailable, match="PostgreSQL migration failed"):

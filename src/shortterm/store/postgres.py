@@ -255,7 +255,12 @@ class PostgresStore:
         conninfo, options = _split_url(url)
         min_size = _int_option(options, "pool_min_size", 1, url)
         max_size = max(min_size, _int_option(options, "pool_max_size", 10, url))
-        timeout_s = _int_option(options, "pool_timeout_s", 30, url)
+        try:
+            timeout_s = float(options.get("pool_timeout_s", "30"))
+        except ValueError:
+            timeout_s = -1.0
+        if not 0 < timeout_s < float("inf"):
+            raise ConfigError(f"pool_timeout_s in {url!r} must be a positive number of seconds")
         if "application_name=" not in conninfo:
             conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
         pool: Pool = AsyncConnectionPool(
@@ -263,7 +268,7 @@ class PostgresStore:
             kwargs={"autocommit": True, "prepare_threshold": 0},
             min_size=min_size,
             max_size=max_size,
-            timeout=float(timeout_s),
+            timeout=timeout_s,
             open=False,
             name="shortterm",
         )
