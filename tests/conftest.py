@@ -7,8 +7,10 @@ Backends that need a service (PostgreSQL, Redis) read ``SHORTTERM_TEST_POSTGRES_
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -19,7 +21,15 @@ from shortterm.config import Config
 from shortterm.store.base import Store
 from shortterm.store.memory import MemoryStore
 from shortterm.store.sqlite import SQLiteStore
-from tests.support import CacheFactory, FakeClock, StoreFactory
+from tests.support import (
+    CacheFactory,
+    FakeClock,
+    StoreFactory,
+    clear_redis_prefix,
+    drop_postgres_schema,
+    service_url,
+    with_query,
+)
 
 
 @pytest.fixture
@@ -27,8 +37,8 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-STORE_BACKENDS = ["memory", "sqlite"]
-CACHE_BACKENDS = ["inprocess"]
+STORE_BACKENDS = ["memory", "sqlite", "postgres"]
+CACHE_BACKENDS = ["inprocess", "redis"]
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -38,6 +48,10 @@ async def store_factory(
     """Opens (migrated) stores of one backend that all share the same durable state."""
     opened: list[Store] = []
     shared = MemoryStore()
+    pg_url = ""
+    schema = f"t_{uuid.uuid4().hex[:16]}"  # one schema per test, shared by its stores
+    if request.param == "postgres":
+        pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
 
     async def make() -> Store:
         store: Store
@@ -45,6 +59,10 @@ async def store_factory(
             store = shared
         elif request.param == "sqlite":
             store = SQLiteStore(tmp_path / "conformance.db")
+        elif request.param == "postgres":
+            from shortterm.store.postgres import PostgresStore
+
+            store = PostgresStore.from_url(pg_url, schema=schema)
         else:  # pragma: no cover - a backend added to STORE_BACKENDS without a branch here
             raise AssertionError(request.param)
         await store.migrate()
@@ -55,26 +73,44 @@ async def store_factory(
     for store in opened:
         if store is not shared:
             await store.close()
+    if pg_url:
+        await drop_postgres_schema(pg_url, schema)
 
 
 @pytest.fixture(params=CACHE_BACKENDS)
 async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFactory]:
     opened: list[HotTier] = []
+    prefixes: list[str] = []
+    redis_url = ""
+    if request.param == "redis":
+        redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
 
     async def make(**overrides: int) -> HotTier:
         cfg = Config().replace(**overrides) if overrides else Config()
-        cache: HotTier = InProcessCache(
-            crude_ttl_s=cfg.crude_ttl_s,
-            summary_ttl_s=cfg.summary_ttl_s,
-            max_entries=cfg.max_entries,
-            max_bytes=cfg.max_bytes,
-        )
+        cache: HotTier
+        if request.param == "inprocess":
+            cache = InProcessCache(
+                crude_ttl_s=cfg.crude_ttl_s,
+                summary_ttl_s=cfg.summary_ttl_s,
+                max_entries=cfg.max_entries,
+                max_bytes=cfg.max_bytes,
+            )
+        elif request.param == "redis":
+            from shortterm.cache.redis import RedisCache
+
+            prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"  # a fresh, empty cache per call
+            prefixes.append(prefix)
+            cache = RedisCache.from_url(with_query(redis_url, prefix=quote(prefix)), cfg)
+        else:  # pragma: no cover - a backend added to CACHE_BACKENDS without a branch here
+            raise AssertionError(request.param)
         opened.append(cache)
         return cache
 
     yield make
     for cache in opened:
         await cache.close()
+    for prefix in prefixes:
+        await clear_redis_prefix(redis_url, prefix)
 
 
 @pytest.fixture
@@ -91,3 +127,16 @@ def config() -> Config:
 async def memory(db_url: str, clock: FakeClock, config: Config) -> AsyncIterator[shortterm.Memory]:
     async with shortterm.open(store=db_url, clock=clock, config=config) as mem:
         yield mem
+
+
+@pytest.fixture
+async def scale_urls() -> AsyncIterator[tuple[str, str]]:
+    """A PostgreSQL store URL on a fresh schema and a Redis URL with a fresh prefix, both
+    removed after the test: what several bot processes would share."""
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    tag = uuid.uuid4().hex[:16]
+    schema, prefix = f"t_{tag}", f"stm-test:{tag}:"
+    yield with_query(pg_url, schema=schema), with_query(redis_url, prefix=quote(prefix))
+    await drop_postgres_schema(pg_url, schema)
+    await clear_redis_prefix(redis_url, prefix)

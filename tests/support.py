@@ -36,3 +36,29 @@ def service_url(variable: str, what: str) -> str:
     if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{variable} is required here ({what} tests are mandatory in CI)")
     pytest.skip(f"{what} not configured: set {variable} to run these tests")
+
+
+def with_query(url: str, **options: object) -> str:
+    """``url`` with ``options`` added to its query string."""
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+async def drop_postgres_schema(url: str, schema: str) -> None:
+    """Remove a test's private schema (and everything in it)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def clear_redis_prefix(url: str, prefix: str) -> None:
+    """Remove every key a test wrote under its private prefix (SCAN + DEL)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        async for name in client.scan_iter(match=f"{prefix}*", count=1000):
+            await client.delete(name)
+    finally:
+        await client.aclose()

@@ -42,6 +42,7 @@ Clock = Callable[[], float]
 
 _DEFAULT_SERVER = ServerSettings()
 _DEFAULT_USER = UserSettings()
+_SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
 
 
 class Memory:
@@ -160,8 +161,10 @@ class Memory:
         now = self.clock()
         if now - self._settings_checked_at < self.config.settings_refresh_s:
             return
-        # Overlap the window so a write stamped just before our last check is not missed.
-        since = self._settings_checked_at - self.config.settings_refresh_s
+        # Overlap the window so a write stamped just before our last check is not missed: the
+        # writer takes its timestamp before it commits, so with a short interval (0 re-reads
+        # on every turn) the overlap must still cover a commit in flight and clock skew.
+        since = self._settings_checked_at - max(self.config.settings_refresh_s, _SETTINGS_OVERLAP_S)
         self._settings_checked_at = now
         self._servers.update(await self.store.server_settings_since(since))
         self._remember_users(await self.store.user_settings_since(since))

@@ -1,0 +1,616 @@
+"""PostgreSQL durable tier (psycopg 3, an async connection pool, autocommit).
+
+Every statement is prepared on first use per connection (``prepare_threshold=0``). A logical
+operation touching one row is a single autocommit statement; one touching several rows runs in
+one transaction sent as a pipeline, so it costs one network round trip and applies whole or not
+at all. Counters and category merges are computed by the server inside the upsert
+(``INSERT … ON CONFLICT … DO UPDATE … RETURNING``), so concurrent writers in any number of
+processes never lose an update.
+
+PostgreSQL refuses NUL in ``text`` and ``jsonb``: every string is passed through
+:func:`shortterm.text.clean_text` (NUL becomes U+FFFD) before it is sent, JSON values included.
+
+A dropped connection fails the operation in flight with ``StoreUnavailable`` (it is never
+retried: a write whose commit was not confirmed must not be applied twice); the pool then
+checks its idle connections so the next operation gets a working one once the server is back.
+
+URL options (removed before the URL reaches libpq): ``schema`` (tables live in that schema,
+created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s``. Standard libpq
+options such as ``application_name`` or ``connect_timeout`` pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeAlias
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import ConfigError, StoreUnavailable
+from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
+from ..text import clean_text
+from . import migrations
+from .base import DistilledWrite, ScopeMeta, ScopeRow
+
+__all__ = ["PostgresStore"]
+
+Pool: TypeAlias = "AsyncConnectionPool[psycopg.AsyncConnection[Any]]"
+Conn: TypeAlias = "psycopg.AsyncConnection[Any]"
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+_OWN_OPTIONS = ("schema", "pool_min_size", "pool_max_size", "pool_timeout_s")
+
+_COLS = (
+    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
+    "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
+)
+
+# The category map a write leaves behind; NULL when the write does not touch categories.
+# ``||`` lets the patch override stored slugs, and stripping nulls removes the slugs the patch
+# clears. Computed by the server from the row it has locked, so merges never interleave.
+_MERGED = (
+    "CASE WHEN %(patch)s::jsonb IS NULL THEN NULL "
+    "WHEN %(replace)s::boolean THEN jsonb_strip_nulls(%(patch)s::jsonb) "
+    "ELSE jsonb_strip_nulls(s.categories || %(patch)s::jsonb) END"
+)
+
+# One upsert serves capture and tool writes alike, with the SQLite dialect's semantics:
+# metadata given as NULL means "unknown, keep what is stored", the lineage is written on every
+# upsert that knows it, and ``revision`` grows on every write.
+_UPSERT = f"""
+INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
+    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
+    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
+    updated_at)
+VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
+    %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
+    COALESCE(%(private)s::boolean, FALSE), %(lineage)s::text,
+    CASE WHEN %(set_summary)s::boolean THEN %(summary)s::text END,
+    CASE WHEN %(set_summary)s::boolean THEN %(summary_at)s::float8 END,
+    COALESCE(jsonb_strip_nulls(%(patch)s::jsonb), '{{{{}}}}'::jsonb),
+    CASE WHEN jsonb_strip_nulls(%(patch)s::jsonb) <> '{{{{}}}}'::jsonb THEN %(now)s::float8 END,
+    %(inc)s::int, %(reset)s::int, 1, %(now)s::float8, %(now)s::float8)
+ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = COALESCE(%(server_id)s::text, s.server_id),
+    server_name = COALESCE(%(server_name)s::text, s.server_name),
+    channel_name = COALESCE(%(channel_name)s::text, s.channel_name),
+    parent_channel_id = COALESCE(%(parent)s::text, s.parent_channel_id),
+    private = COALESCE(%(private)s::boolean, s.private),
+    persona_lineage_id = COALESCE(%(lineage)s::text, s.persona_lineage_id),
+    summary = CASE WHEN %(set_summary)s::boolean THEN %(summary)s::text ELSE s.summary END,
+    summary_at = CASE WHEN %(set_summary)s::boolean THEN %(summary_at)s::float8
+        ELSE s.summary_at END,
+    categories = COALESCE({_MERGED}, s.categories),
+    categories_at = CASE WHEN %(patch)s::jsonb IS NULL THEN s.categories_at
+        WHEN {_MERGED} = '{{{{}}}}'::jsonb THEN NULL ELSE %(now)s::float8 END,
+    turns_since_refresh = CASE WHEN %(reset)s::int = 1 THEN 0
+        ELSE s.turns_since_refresh + %(inc)s::int END,
+    refresh_epoch = s.refresh_epoch + %(reset)s::int,
+    revision = s.revision + 1,
+    updated_at = %(now)s::float8
+RETURNING {_COLS}
+"""
+
+_KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+
+_SERVER_COLS = (
+    "refresh_cadence",
+    "render_mode",
+    "crude_message_count",
+    "nudge_depth",
+    "content_depth",
+    "tool_description",
+    "nudge_text",
+    "stm_enabled",
+    "private_channel_ids",
+    "privacy_bypass",
+    "updated_at",
+)
+
+
+def _clean(value: str | None) -> str | None:
+    return None if value is None else clean_text(value)
+
+
+def _clean_json(value: object) -> object:
+    """A JSON-able value with every string (keys too) made storable in ``jsonb``."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, Mapping):
+        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | frozenset | set):
+        return [_clean_json(v) for v in value]
+    return value
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _jsonb(obj: object) -> Jsonb:
+    return Jsonb(_clean_json(obj), dumps=_compact)
+
+
+def _row(r: Sequence[Any]) -> ScopeRow:
+    return ScopeRow(
+        key=ScopeKey(r[0], r[1], r[2], r[3]),
+        meta=ScopeMeta(
+            server_id=r[4],
+            server_name=r[5],
+            channel_name=r[6],
+            parent_channel_id=r[7],
+            private=bool(r[8]),
+            persona_lineage_id=r[9],
+        ),
+        summary=r[10],
+        summary_at=r[11],
+        categories=r[12] or {},
+        categories_at=r[13],
+        turns_since_refresh=r[14],
+        refresh_epoch=r[15],
+        revision=r[16],
+        updated_at=r[17],
+    )
+
+
+def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
+    known = meta is not None
+    m = meta if meta is not None else ScopeMeta()
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id if known else (key.owner_id if key.kind == "server" else None),
+        "server_name": _clean(m.server_name),
+        "channel_name": _clean(m.channel_name),
+        "parent": m.parent_channel_id,
+        "private": m.private if known else None,
+        "lineage": m.persona_lineage_id,
+        "set_summary": False,
+        "summary": None,
+        "summary_at": None,
+        "patch": None,
+        "replace": False,
+        "inc": 0,
+        "reset": 0,
+        "now": now,
+    }
+
+
+def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:
+    return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The libpq URL without our own options, and our options."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a PostgreSQL URL: {url!r} (use postgresql://user@host/db)")
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in _OWN_OPTIONS:
+            ours[name] = value
+        else:
+            theirs.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int, url: str) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} in {url!r} is not an integer") from None
+    if value < 1:
+        raise ConfigError(f"{name}={raw!r} in {url!r} must be at least 1")
+    return value
+
+
+class PostgresStore:
+    """A durable store in PostgreSQL. Use :meth:`from_url`, or pass a pool you manage.
+
+    ``pool`` must hand out connections in autocommit mode. With ``schema``, every table lives
+    in that schema (created by :meth:`migrate`), so several deployments or test runs can share
+    one database without seeing each other.
+    """
+
+    def __init__(self, pool: Pool, *, schema: str | None = None, owns_pool: bool = False) -> None:
+        if schema is not None and not _SCHEMA_NAME.match(schema):
+            raise ConfigError(
+                f"schema={schema!r}: use 1-63 letters, digits or underscores, not starting "
+                "with a digit"
+            )
+        self.pool = pool
+        self.schema = schema
+        self._owns_pool = owns_pool
+        self._opened = False
+        self._closed = False
+        t = f'"{schema}".' if schema else ""
+        self._t = t
+        self._upsert = _UPSERT.format(t=t)
+        self._multi: dict[int, str] = {}
+        self._lock_name = f"shortterm.migrate:{schema or ''}"
+
+    @classmethod
+    def from_url(cls, url: str, *, schema: str | None = None) -> PostgresStore:
+        """``postgresql://user@host:5432/db?schema=name&pool_max_size=10``.
+
+        The pool is created closed; it opens on first use (``migrate`` at ``shortterm.open``).
+        """
+        conninfo, options = _split_url(url)
+        min_size = _int_option(options, "pool_min_size", 1, url)
+        max_size = max(min_size, _int_option(options, "pool_max_size", 10, url))
+        try:
+            timeout_s = float(options.get("pool_timeout_s", "30"))
+        except ValueError:
+            timeout_s = -1.0
+        if not 0 < timeout_s < float("inf"):
+            raise ConfigError(f"pool_timeout_s in {url!r} must be a positive number of seconds")
+        if "application_name=" not in conninfo:
+            conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
+        pool: Pool = AsyncConnectionPool(
+            conninfo,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout_s,
+            open=False,
+            name="shortterm",
+        )
+        return cls(pool, schema=schema or options.get("schema") or None, owns_pool=True)
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _conn(self, what: str) -> AsyncIterator[Conn]:
+        if self._closed:
+            raise StoreUnavailable("PostgreSQL store is closed")
+        try:
+            if not self._opened and self._owns_pool:
+                await self.pool.open(wait=True, timeout=self.pool.timeout)
+                self._opened = True
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                await self._recheck()
+            raise StoreUnavailable(f"PostgreSQL {what} failed: {exc}") from exc
+
+    async def _recheck(self) -> None:
+        # A dropped connection often means its idle siblings were dropped too (a server
+        # restart, a failover): test them now rather than failing the next operations.
+        with suppress(psycopg.Error, TimeoutError):
+            await asyncio.wait_for(self.pool.check(), timeout=5.0)
+
+    @asynccontextmanager
+    async def _tx(self, what: str) -> AsyncIterator[Conn]:
+        async with self._conn(what) as conn, conn.transaction():
+            yield conn
+
+    def _multi_upsert(self, n: int) -> str:
+        """One statement upserting ``n`` rows, each in its own data-modifying CTE.
+
+        A statement is atomic on its own, so several scopes cost one round trip and no
+        BEGIN/COMMIT; each CTE's ON CONFLICT clause locks and reads its own row, so counters
+        and category merges stay exact under concurrency."""
+        sql = self._multi.get(n)
+        if sql is None:
+            ctes = []
+            for i in range(n):
+                body = _PARAM.sub(rf"%(\1_{i})s", self._upsert.strip())
+                ctes.append(f"r{i} AS ({body})")
+            union = " UNION ALL ".join(f"SELECT {i} AS i, * FROM r{i}" for i in range(n))
+            sql = self._multi[n] = f"WITH {', '.join(ctes)} {union} ORDER BY i"
+        return sql
+
+    async def _upsert_many(self, what: str, params: list[dict[str, Any]]) -> list[ScopeRow]:
+        if len(params) == 1:
+            async with self._conn(what) as conn:
+                cur = await conn.execute(self._upsert, params[0])
+                return [_row(_one(await cur.fetchone()))]
+        keys = [(p["kind"], p["owner"], p["channel"], p["persona"] or "") for p in params]
+        if len(set(keys)) < len(keys):
+            # One statement cannot change a row twice: apply repeats in order, in a
+            # transaction (the caller asked for something odd, not for something fast).
+            async with self._tx(what) as conn:
+                out = []
+                for p in params:
+                    cur = await conn.execute(self._upsert, p)
+                    out.append(_row(_one(await cur.fetchone())))
+                return out
+        # Rows are locked in key order, whatever the caller's order, so two writers of
+        # overlapping scopes can never deadlock.
+        order = sorted(range(len(params)), key=keys.__getitem__)
+        merged: dict[str, Any] = {}
+        for i, j in enumerate(order):
+            merged.update({f"{name}_{i}": value for name, value in params[j].items()})
+        async with self._conn(what) as conn:
+            cur = await conn.execute(self._multi_upsert(len(params)), merged)
+            result = await cur.fetchall()
+        rows: list[ScopeRow | None] = [None] * len(params)
+        for r in result:
+            rows[order[r[0]]] = _row(r[1:])
+        return [_one_row(r) for r in rows]
+
+    # -- schema ---------------------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Apply pending migrations, each in one transaction with its ``schema_migrations``
+        row. An advisory lock serializes processes migrating the same schema at once."""
+        t = self._t
+        async with self._conn("migration") as conn:
+            async with conn.transaction():
+                await conn.execute(_LOCK, (self._lock_name,))
+                if self.schema:
+                    await conn.execute(
+                        f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', prepare=False
+                    )
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {t}schema_migrations (version INTEGER PRIMARY "
+                    "KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                    prepare=False,
+                )
+            for m in migrations.load("postgresql"):
+                async with conn.transaction():
+                    await conn.execute(_LOCK, (self._lock_name,))
+                    cur = await conn.execute(
+                        f"SELECT 1 FROM {t}schema_migrations WHERE version = %s", (m.version,)
+                    )
+                    if await cur.fetchone() is not None:
+                        continue  # another process applied it while we waited
+                    if self.schema:
+                        await conn.execute(
+                            f'SET LOCAL search_path TO "{self.schema}"', prepare=False
+                        )
+                    for statement in m.statements:
+                        await conn.execute(statement, prepare=False)
+                    await conn.execute(
+                        f"INSERT INTO {t}schema_migrations (version, name) VALUES (%s, %s)",
+                        (m.version, m.name),
+                    )
+
+    async def schema_version(self) -> int:
+        async with self._conn("schema query") as conn:
+            cur = await conn.execute(f"SELECT MAX(version) FROM {self._t}schema_migrations")
+            return int(_one(await cur.fetchone())[0] or 0)
+
+    # -- scopes ---------------------------------------------------------------------------
+
+    async def touch(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        *,
+        increment: ScopeKey | None,
+        now: float,
+    ) -> list[ScopeRow]:
+        params = []
+        for key, meta in scopes:
+            p = _params(key, meta, now)
+            if increment is not None and key == increment:
+                p["inc"] = 1
+            params.append(p)
+        return await self._upsert_many("capture upsert", params)
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+    ) -> list[ScopeRow]:
+        summary = _clean(change.summary)
+        patch = None if change.categories is None else _jsonb(change.categories)
+        params = []
+        for key, meta in scopes:
+            p = _params(key, meta, now)
+            if change.set_summary:
+                p["set_summary"] = True
+                p["summary"] = summary
+                p["summary_at"] = None if summary is None else now
+            if patch is not None:
+                p["patch"] = patch
+                p["replace"] = change.replace_categories
+            if reset_counter is not None and key == reset_counter:
+                p["reset"] = 1
+            params.append(p)
+        return await self._upsert_many("distilled write", params)
+
+    async def load(self, key: ScopeKey) -> ScopeRow | None:
+        async with self._conn("load") as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM {self._t}scopes WHERE {_KEY_WHERE}", _key_args(key)
+            )
+            r = await cur.fetchone()
+            return None if r is None else _row(r)
+
+    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
+        async with self._conn("owner load") as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM {self._t}scopes WHERE kind = %s AND owner_id = %s",
+                (kind, owner_id),
+            )
+            return [_row(r) for r in await cur.fetchall()]
+
+    async def iter_distilled(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[ScopeRow]]:
+        # Keyset pages by id: each page is one short query on a pooled connection, so no
+        # transaction or server-side cursor stays open while the caller works on a batch.
+        sql = (
+            f"SELECT id, {_COLS} FROM {self._t}scopes WHERE id > %s AND "
+            "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
+            "ORDER BY id LIMIT %s"
+        )
+        last = 0
+        while True:
+            async with self._conn("hydration read") as conn:
+                cur = await conn.execute(sql, (last, since, since, batch_rows))
+                rows = await cur.fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [_row(r[1:]) for r in rows]
+            if len(rows) < batch_rows:
+                return
+
+    async def _delete(self, what: str, sql: str, args: Sequence[Any]) -> int:
+        async with self._conn(what) as conn:
+            cur = await conn.execute(sql, args)
+            return cur.rowcount
+
+    async def delete_channel(self, channel_id: str) -> int:
+        return await self._delete(
+            "channel delete", f"DELETE FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
+        )
+
+    async def delete_user_scopes(self, user_id: str) -> int:
+        return await self._delete(
+            "user delete",
+            f"DELETE FROM {self._t}scopes WHERE kind = 'user' AND owner_id = %s",
+            (user_id,),
+        )
+
+    async def delete_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None
+    ) -> int:
+        return await self._delete(
+            "server channel delete",
+            f"DELETE FROM {self._t}scopes WHERE {_KEY_WHERE}",
+            _key_args(ScopeKey.server(server_id, channel_id, persona_id)),
+        )
+
+    async def janitor(self, *, untouched_since: float) -> int:
+        return await self._delete(
+            "janitor",
+            f"DELETE FROM {self._t}scopes WHERE updated_at < %s",
+            (untouched_since,),
+        )
+
+    # -- settings -------------------------------------------------------------------------
+
+    async def save_server_settings(
+        self, server_id: str, settings: ServerSettings, *, now: float
+    ) -> None:
+        s = settings
+        t = self._t
+        upsert = (
+            f"INSERT INTO {t}server_settings (server_id, {', '.join(_SERVER_COLS)}) "
+            f"VALUES ({', '.join(['%s'] * (len(_SERVER_COLS) + 1))}) "
+            "ON CONFLICT (server_id) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in _SERVER_COLS)
+        )
+        values = (
+            server_id,
+            s.refresh_cadence,
+            s.render_mode,
+            s.crude_message_count,
+            s.nudge_depth,
+            s.content_depth,
+            _clean(s.tool_description),
+            _clean(s.nudge_text),
+            s.stm_enabled,
+            _jsonb(sorted(s.private_channel_ids)),
+            s.privacy_bypass,
+            now,
+        )
+        labels = [clean_text(c.label) for c in s.categories]
+        descriptions = [clean_text(c.description) for c in s.categories]
+        async with self._tx("server settings write") as conn:
+            await conn.execute(upsert, values)
+            await conn.execute(
+                f"DELETE FROM {t}server_categories WHERE server_id = %s", (server_id,)
+            )
+            if labels:
+                await conn.execute(
+                    f"INSERT INTO {t}server_categories "
+                    "SELECT %s, c.ord - 1, c.label, c.description "
+                    "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY "
+                    "AS c(label, description, ord)",
+                    (server_id, labels, descriptions),
+                )
+
+    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
+        t = self._t
+        async with self._conn("server settings read") as conn:
+            cur = await conn.execute(
+                "SELECT s.server_id, s.refresh_cadence, s.render_mode, s.crude_message_count, "
+                "s.nudge_depth, s.content_depth, s.tool_description, s.nudge_text, "
+                "s.stm_enabled, s.private_channel_ids, s.privacy_bypass, "
+                "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.label, c.description) "
+                f"ORDER BY c.position), '[]'::jsonb) FROM {t}server_categories c "
+                "WHERE c.server_id = s.server_id) "
+                f"FROM {t}server_settings s WHERE s.updated_at >= %s",
+                (since,),
+            )
+            rows = await cur.fetchall()
+        return {
+            r[0]: ServerSettings(
+                refresh_cadence=r[1],
+                render_mode=r[2],
+                crude_message_count=r[3],
+                nudge_depth=r[4],
+                content_depth=r[5],
+                tool_description=r[6],
+                nudge_text=r[7],
+                stm_enabled=r[8],
+                private_channel_ids=frozenset(r[9]),
+                privacy_bypass=r[10],
+                categories=tuple(Category(label, desc) for label, desc in r[11]),
+            )
+            for r in rows
+        }
+
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> None:
+        async with self._conn("user settings write") as conn:
+            await conn.execute(
+                f"INSERT INTO {self._t}user_settings VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (user_id) DO UPDATE SET privacy = excluded.privacy, "
+                "cross_server_opt_in = excluded.cross_server_opt_in, "
+                "updated_at = excluded.updated_at",
+                (user_id, settings.privacy.value, settings.cross_server_opt_in, now),
+            )
+
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
+        async with self._conn("user settings read") as conn:
+            cur = await conn.execute(
+                "SELECT user_id, privacy, cross_server_opt_in FROM "
+                f"{self._t}user_settings WHERE updated_at >= %s",
+                (since,),
+            )
+            rows = await cur.fetchall()
+        return {uid: UserSettings(Privacy(p), bool(opt)) for uid, p, opt in rows}
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool:
+            await self.pool.close()
+
+
+def _one_row(row: ScopeRow | None) -> ScopeRow:
+    if row is None:  # pragma: no cover - every CTE returns its row
+        raise StoreUnavailable("PostgreSQL returned fewer rows than scopes written")
+    return row
+
+
+def _one(row: Sequence[Any] | None) -> Sequence[Any]:
+    if row is None:  # pragma: no cover - RETURNING and aggregates always yield a row
+        raise StoreUnavailable("PostgreSQL returned no row where one was expected")
+    return row
