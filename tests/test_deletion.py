@@ -149,3 +149,26 @@ async def test_a_purged_user_leaves_no_bytes_in_the_sqlite_files(
 
 def _read_all(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+class SlowTouchStore(MemoryStore):
+    """A store whose capture write yields to the loop, as a networked store does."""
+
+    async def touch(self, scopes, *, increment, now):  # type: ignore[no-untyped-def]
+        import asyncio
+
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return await super().touch(scopes, increment=increment, now=now)
+
+
+async def test_a_clear_during_an_in_flight_capture_wins(clock: FakeClock) -> None:
+    import asyncio
+
+    async with shortterm.open(store=SlowTouchStore(), clock=clock, config=cfg()) as memory:
+        capture = asyncio.ensure_future(chat(memory, "ana", "c1"))
+        await asyncio.sleep(0)  # the capture is now waiting on its durable write
+        await memory.clear_channel("c1")
+        await capture
+        assert await memory.get(ScopeKey.server(G, "c1", P)) is None
+        assert await memory.get(ScopeKey.user("ana", "c1", P)) is None

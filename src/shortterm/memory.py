@@ -60,6 +60,9 @@ class Memory:
         self._sweeper: asyncio.Task[None] | None = None
         self._degraded = False
         self._closed = False
+        # Bumped when a clear starts and when it ends: a capture whose durable write was in
+        # flight meanwhile must not put cleared messages back into the hot tier.
+        self._clear_generation = 0
         self._counts = dict.fromkeys(
             (
                 "captures",
@@ -297,12 +300,14 @@ class Memory:
     async def clear_channel(self, channel_id: str) -> int:
         """Forget a channel: every user, persona and scope of it, in both tiers."""
         check_id("channel_id", channel_id)
+        self._clear_generation += 1
         try:
             durable = await self.store.delete_channel(channel_id)
         finally:
             # Evict even when the durable delete failed: nothing stale is shown meanwhile,
             # and the caller sees the error and can retry the durable part.
             hot = await self.cache.delete_channel(channel_id)
+            self._clear_generation += 1
         return max(durable, hot)
 
     async def clear_user(self, user_id: str) -> int:
@@ -310,11 +315,13 @@ class Memory:
         from every other entry (server scopes, other users' scopes). Returns the number of
         scopes deleted plus entries scrubbed."""
         check_id("user_id", user_id)
+        self._clear_generation += 1
         try:
             durable = await self.store.delete_user_scopes(user_id)
         finally:
             hot = await self.cache.delete_owner("user", user_id)
             scrubbed = await self.cache.scrub_author(user_id, self.clock())
+            self._clear_generation += 1
         return max(durable, hot) + scrubbed
 
     async def clear_server_channel(
@@ -324,10 +331,12 @@ class Memory:
         check_id("server_id", server_id)
         check_id("channel_id", channel_id)
         check_optional_id("persona_id", persona_id)
+        self._clear_generation += 1
         try:
             durable = await self.store.delete_server_channel(server_id, channel_id, persona_id)
         finally:
             hot = await self.cache.delete(ScopeKey.server(server_id, channel_id, persona_id))
+            self._clear_generation += 1
         return max(durable, int(hot))
 
     async def sweep(self) -> int:

@@ -216,6 +216,7 @@ class Turn:
             if not scopes:
                 continue  # a partial-privacy user in a DM: nothing personal is kept
             rows: Sequence[ScopeRow | None]
+            generation = memory._clear_generation
             try:
                 rows = await memory.store.touch(
                     [(k, meta) for k, _ in scopes], increment=live if counts else None, now=now
@@ -227,6 +228,8 @@ class Turn:
                 memory._store_failed("capture", exc)
                 memory._counts["degraded_captures"] += 1
                 rows = [None] * len(scopes)
+            if memory._clear_generation != generation:
+                continue  # a clear ran while the write was in flight: it wins
             for (key, messages), row in zip(scopes, rows, strict=True):
                 await memory.cache.capture(key, messages, meta, row, now)
         memory._counts["captures"] += 1
