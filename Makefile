@@ -25,8 +25,12 @@ lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 
-bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md
+POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
+REDIS_URL    ?= redis://127.0.0.1:6379/0
+
+bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on demand)
 	$(BIN)/shortterm bench --output docs/benchmarks.md
+	$(BIN)/python benchmarks/bench_backends.py --postgres $(POSTGRES_URL) --redis $(REDIS_URL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*
