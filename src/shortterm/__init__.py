@@ -8,7 +8,9 @@
 """
 
 from .config import Config
+from .context import Context, ContextItem
 from .errors import ConfigError, ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
+from .inject import inject
 from .memory import Memory, open
 from .model import (
     Category,
@@ -28,6 +30,8 @@ __all__ = [
     "Category",
     "Config",
     "ConfigError",
+    "Context",
+    "ContextItem",
     "Entry",
     "ExtraMissing",
     "InvalidInput",
@@ -42,5 +46,6 @@ __all__ = [
     "Turn",
     "UserSettings",
     "__version__",
+    "inject",
     "open",
 ]
