@@ -30,6 +30,7 @@ from .model import (
     check_id,
     check_optional_id,
 )
+from .render import _slugify
 from .store.base import DistilledWrite, Store
 from .text import clean_text, truncate
 from .turn import Turn
@@ -72,6 +73,7 @@ class Memory:
                 "read_through",
                 "hydrated_rows",
                 "upgrades",
+                "degraded_contexts",
             ),
             0,
         )
@@ -188,6 +190,17 @@ class Memory:
                 [c.label for c in settings.categories],
                 f"at most max_categories ({self.config.max_categories}) categories",
             )
+        seen: dict[str, str] = {}
+        for category in settings.categories:
+            slug = _slugify(category.label)
+            if slug in seen:
+                raise InvalidInput(
+                    "categories",
+                    [c.label for c in settings.categories],
+                    f"labels with distinct field names ({seen[slug]!r} and {category.label!r} "
+                    f"both become {slug!r})",
+                )
+            seen[slug] = category.label
         await self.store.save_server_settings(server_id, settings, now=self.clock())
         self._servers[server_id] = settings
 

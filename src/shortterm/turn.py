@@ -8,10 +8,11 @@ guild and the user scope in a DM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, TypeVar
 
+from .context import Context
 from .errors import InvalidInput, StoreUnavailable
 from .intent import has_long_term_intent
 from .model import (
@@ -24,6 +25,7 @@ from .model import (
     check_optional_id,
     check_optional_text,
 )
+from .recall import build_context
 from .store.base import ScopeMeta, ScopeRow
 from .text import truncate
 
@@ -156,6 +158,25 @@ class Turn:
             private=private,
             persona_lineage_id=lineage,
         )
+
+    # -- the read path --------------------------------------------------------------------
+
+    async def context(
+        self,
+        *,
+        max_tokens: int | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> Context:
+        """What memory adds to this turn's prompt: the other-channel block, the same-channel
+        block and, when the tool is offered and the cadence is reached, the nudge.
+
+        ``max_tokens`` bounds the items and the nudge together (counted by ``count_tokens``,
+        by default a conservative estimate): the oldest raw messages go first, distilled
+        memory last. A failing durable tier degrades the result to what the hot tier holds
+        (counted in ``memory.stats()["degraded_contexts"]``) instead of failing the turn.
+        Splice the result into the dialogue with :func:`shortterm.inject`.
+        """
+        return await build_context(self, max_tokens=max_tokens, count_tokens=count_tokens)
 
     # -- write path 1: passive capture ----------------------------------------------------
 

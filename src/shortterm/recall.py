@@ -1,0 +1,283 @@
+"""The read path: which remembered entries a turn may see, gathered into a :class:`Context`.
+
+Who sees what (the rules are in ``docs/prompt-format.md`` too):
+
+* **Same channel**: the live scope's summary or category notes (the server scope in a guild,
+  the user scope in a DM), whether or not the turn can use tools.
+* **Other channels, in a guild**: this server's shared memory of its other channels; with the
+  user's cross-server opt-in also the user's own memory from other servers and DMs, showing
+  only the user's and the bot's messages.
+* **Other channels, in a DM**: the user's other DMs; with the opt-in also their server
+  channels (again only their own and the bot's messages).
+* A persona lineage on the turn limits recall to entries of that lineage.
+* A user with partial (or full) privacy gets no personal (user-scope) recall at all.
+* **Private channels**: an entry is hidden outside private channels when its channel or its
+  parent is private now (by the settings of the server the entry belongs to) or was private
+  when it was captured, unless that server allows it (``privacy_bypass``). Inside a private
+  channel, the same server's private entries are visible; other servers' never are.
+
+Everything is read through the facade's owner index, so the cost follows the number of
+entries of this server and user, not the size of the whole memory. A durable tier that fails
+mid-read degrades the context to what the hot tier holds; the failure is counted and logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .context import Context, ContextItem
+from .errors import InvalidInput, StoreUnavailable
+from .model import Entry, Message, Privacy, ScopeKey, ScopeKind, ServerSettings
+from .render import (
+    Origin,
+    Recollection,
+    Section,
+    category_labels,
+    describe,
+    distilled_section,
+    estimate_tokens,
+    fit,
+    nudge_text,
+    plan_recollection,
+)
+
+if TYPE_CHECKING:
+    from .memory import Memory
+    from .turn import Turn
+
+__all__ = ["build_context"]
+
+TokenCounter = Callable[[str], int]
+
+
+class _Reader:
+    """Durable reads for one context build; a failure degrades instead of failing the turn."""
+
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
+        self.degraded = False
+        self._reads = memory._counts["read_through"]
+
+    def done(self) -> None:
+        """A build that reached the durable tier without a failure shows it is back."""
+        if not self.degraded and self.memory._counts["read_through"] > self._reads:
+            self.memory._store_ok()
+
+    def _failed(self, exc: StoreUnavailable) -> None:
+        if not self.degraded:
+            self.degraded = True
+            self.memory._counts["degraded_contexts"] += 1
+        self.memory._store_failed("context", exc)
+
+    async def refresh_settings(self) -> None:
+        try:
+            await self.memory._refresh_settings()
+        except StoreUnavailable as exc:
+            self._failed(exc)  # the cached settings stay in use
+
+    async def get(self, key: ScopeKey) -> Entry | None:
+        try:
+            return await self.memory.get(key)
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            return await self.memory.cache.get(key, self.memory.clock())
+
+    async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
+        try:
+            return await self.memory._owner_entries(kind, owner_id)
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            entries, _ = await self.memory.cache.owner_entries(kind, owner_id, self.memory.clock())
+            return entries
+
+    async def counter(self, key: ScopeKey, entry: Entry | None) -> int:
+        if entry is not None:
+            return entry.turns_since_refresh
+        # Nothing live to show, but the counter may still be cached (``get`` read it through).
+        turns = await self.memory.cache.counter(key, self.memory.clock())
+        return turns or 0
+
+
+def _newest(entry: Entry) -> float:
+    at = entry.updated_at
+    return -1.0 if at is None else at
+
+
+class _Recall:
+    """The visibility rules for one turn."""
+
+    def __init__(self, turn: Turn, settings: ServerSettings) -> None:
+        memory = turn.memory
+        self.turn = turn
+        self.memory = memory
+        self.settings = settings
+        self.lineage = turn.persona_lineage_id
+        self.here_private = turn.server_id is not None and settings.is_private(
+            turn.channel_id, turn.parent_channel_id
+        )
+        self.user_name = turn.user_name or "the user"
+        self._labels: dict[str | None, dict[str, str] | None] = {
+            turn.server_id: category_labels(settings)
+        }
+
+    def labels(self, server_id: str | None) -> dict[str, str] | None:
+        if server_id not in self._labels:
+            owner = self.memory._server(server_id)
+            self._labels[server_id] = category_labels(owner)
+        return self._labels[server_id]
+
+    def candidate(self, entry: Entry) -> bool:
+        if entry.key.channel_id == self.turn.channel_id:
+            return False
+        if self.lineage is not None and entry.persona_lineage_id != self.lineage:
+            return False
+        return not self.hidden_as_private(entry)
+
+    def hidden_as_private(self, entry: Entry) -> bool:
+        server_id = _server_of(entry)
+        if server_id is None:
+            return False  # direct messages have no private channels
+        # Each server's own list decides, so another server's private channels never leak.
+        here = server_id == self.turn.server_id
+        owner = self.settings if here else self.memory._server(server_id)
+        if owner.privacy_bypass:
+            return False
+        if not (entry.private or owner.is_private(entry.key.channel_id, entry.parent_channel_id)):
+            return False
+        return not (here and self.here_private)
+
+    def shown_messages(self, entry: Entry) -> list[Message]:
+        """The messages of ``entry`` this turn may see: never a full-privacy author's, and in
+        personal (user-scope) memory only the user's own and the bot's."""
+        users = self.memory._users
+        personal = entry.key.kind == "user"
+        user_id = self.turn.user_id
+        out = []
+        for m in entry.messages:
+            if m.privacy is Privacy.FULL:
+                continue
+            author = m.author_id
+            if author is not None:
+                if personal and m.role == "user" and author != user_id:
+                    continue
+                stored = users.get(author)
+                if stored is not None and stored.privacy is Privacy.FULL:
+                    continue
+            out.append(m)
+        return out
+
+    def origin(self, entry: Entry) -> Origin:
+        if entry.key.kind == "server":
+            return "this_server"
+        in_dm = self.turn.server_id is None
+        if _server_of(entry) is None:
+            return "another_dm" if in_dm else "a_dm"
+        return "a_server" if in_dm else "another_server"
+
+    def plan(self, entry: Entry) -> Recollection | None:
+        settings = self.settings
+        where = describe(
+            self.origin(entry),
+            channel_id=entry.key.channel_id,
+            channel_name=entry.channel_name,
+            user_name=self.user_name,
+        )
+        return plan_recollection(
+            entry,
+            where=where,
+            messages=self.shown_messages(entry),
+            labels=self.labels(_server_of(entry)),
+            render_mode=settings.render_mode,
+            crude_message_count=min(settings.crude_message_count, self.memory.config.max_messages),
+            user_fallback="someone" if entry.key.kind == "server" else self.user_name,
+            bot_fallback=self.turn.bot_name,
+        )
+
+
+def _server_of(entry: Entry) -> str | None:
+    return entry.key.owner_id if entry.key.kind == "server" else entry.server_id
+
+
+async def build_context(
+    turn: Turn, *, max_tokens: int | None = None, count_tokens: TokenCounter | None = None
+) -> Context:
+    """Everything memory contributes to this turn's prompt. See the module docstring."""
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
+    ):
+        raise InvalidInput("max_tokens", max_tokens, "None or a non-negative integer")
+    if count_tokens is not None and not callable(count_tokens):
+        raise InvalidInput("count_tokens", count_tokens, "a callable str -> int, or None")
+    memory = turn.memory
+    reader = _Reader(memory)
+    await reader.refresh_settings()
+    settings = turn.settings
+    recall = _Recall(turn, settings)
+    personal = turn.effective_privacy() is Privacy.NONE
+    opted_in = personal and memory._user(turn.user_id).cross_server_opt_in
+
+    candidates: list[Entry] = []
+    if turn.server_id is not None:
+        candidates.extend(
+            e for e in await reader.owner("server", turn.server_id) if recall.candidate(e)
+        )
+        if opted_in:
+            candidates.extend(
+                e
+                for e in await reader.owner("user", turn.user_id)
+                if _server_of(e) != turn.server_id and recall.candidate(e)
+            )
+    elif personal:
+        candidates.extend(
+            e
+            for e in await reader.owner("user", turn.user_id)
+            if (opted_in or _server_of(e) is None) and recall.candidate(e)
+        )
+    candidates.sort(key=_newest, reverse=True)
+    recollections: list[Recollection] = []
+    limit = memory.config.max_other_channels
+    for entry in candidates:
+        if len(recollections) >= limit:
+            break
+        planned = recall.plan(entry)
+        if planned is not None:  # nothing to show takes no slot
+            recollections.append(planned)
+
+    live_key = turn.live_key
+    live: Entry | None = None
+    if personal or live_key.kind == "server":
+        live = await reader.get(live_key)
+    labels = recall.labels(turn.server_id)
+    same: Section | None = distilled_section(live, labels) if live is not None else None
+
+    nudge: ContextItem | None = None
+    if turn.tool_available() and await reader.counter(live_key, live) >= settings.refresh_cadence:
+        nudge = ContextItem(text=nudge_text(settings, labels), kind="nudge")
+
+    reader.done()
+    now = memory.clock()
+    other_text, same_text = fit(
+        recollections,
+        same,
+        bot_name=turn.bot_name,
+        now=now,
+        nudge=nudge.text if nudge is not None else None,
+        max_tokens=max_tokens,
+        count_tokens=count_tokens or estimate_tokens,
+    )
+    items: list[ContextItem] = []
+    if other_text is not None:
+        items.append(ContextItem(text=other_text, kind="other_channels"))
+    if same_text is not None:
+        items.append(ContextItem(text=same_text, kind="same_channel"))
+
+    depth = settings.content_depth
+    stamps = [s.at for r in recollections for s in r.sections if s.at is not None]
+    if same_text is not None and same is not None and same.at is not None:
+        stamps.append(same.at)
+    if stamps and now - max(stamps) <= memory.config.fresh_window_s:
+        # Fresh memory matters to the next reply: pull it close to the end of the dialogue.
+        fresh = memory.config.fresh_depth
+        depth = fresh if depth < 0 else min(fresh, depth)
+    return Context(items, nudge, depth, settings.nudge_depth)
