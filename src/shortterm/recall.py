@@ -100,8 +100,16 @@ class _Reader:
 
 
 def _newest(entry: Entry) -> float:
-    at = entry.updated_at
-    return -1.0 if at is None else at
+    """``entry.updated_at`` as a sort key, written out: it runs for every candidate, and
+    plain comparisons are several times cheaper than building a list for ``max``."""
+    newest = -1.0 if entry.messages_at is None else entry.messages_at
+    at = entry.summary_at
+    if at is not None and at > newest:
+        newest = at
+    at = entry.categories_at
+    if at is not None and at > newest:
+        newest = at
+    return newest
 
 
 class _Recall:
@@ -127,12 +135,21 @@ class _Recall:
             self._labels[server_id] = category_labels(owner)
         return self._labels[server_id]
 
-    def candidate(self, entry: Entry) -> bool:
-        if entry.key.channel_id == self.turn.channel_id:
-            return False
-        if self.lineage is not None and entry.persona_lineage_id != self.lineage:
-            return False
-        return not self.hidden_as_private(entry)
+    def candidates(self, entries: list[Entry], *, server_scope: bool) -> list[Entry]:
+        """The entries other than this channel's that the turn may see."""
+        channel, lineage = self.turn.channel_id, self.lineage
+        # This server's entries need the private check only when something can be private.
+        check_all = not server_scope or bool(self.settings.private_channel_ids)
+        out = []
+        for e in entries:
+            if e.key.channel_id == channel:
+                continue
+            if lineage is not None and e.persona_lineage_id != lineage:
+                continue
+            if (check_all or e.private) and self.hidden_as_private(e):
+                continue
+            out.append(e)
+        return out
 
     def hidden_as_private(self, entry: Entry) -> bool:
         server_id = _server_of(entry)
@@ -150,20 +167,18 @@ class _Recall:
     def shown_messages(self, entry: Entry) -> list[Message]:
         """The messages of ``entry`` this turn may see: never a full-privacy author's, and in
         personal (user-scope) memory only the user's own and the bot's."""
-        users = self.memory._users
+        # Capture already drops both, but a user may choose full privacy in another process
+        # after the capture; this process learns it at its next settings refresh.
+        hidden = self.memory._full_privacy_users
         personal = entry.key.kind == "user"
         user_id = self.turn.user_id
         out = []
         for m in entry.messages:
-            if m.privacy is Privacy.FULL:
-                continue
             author = m.author_id
-            if author is not None:
-                if personal and m.role == "user" and author != user_id:
-                    continue
-                stored = users.get(author)
-                if stored is not None and stored.privacy is Privacy.FULL:
-                    continue
+            if m.privacy is Privacy.FULL or (hidden and author in hidden):
+                continue
+            if personal and author is not None and m.role == "user" and author != user_id:
+                continue
             out.append(m)
         return out
 
@@ -219,21 +234,19 @@ async def build_context(
 
     candidates: list[Entry] = []
     if turn.server_id is not None:
-        candidates.extend(
-            e for e in await reader.owner("server", turn.server_id) if recall.candidate(e)
-        )
+        shared = await reader.owner("server", turn.server_id)
+        candidates = recall.candidates(shared, server_scope=True)
         if opted_in:
-            candidates.extend(
-                e
-                for e in await reader.owner("user", turn.user_id)
-                if _server_of(e) != turn.server_id and recall.candidate(e)
-            )
+            # Personal memory from this server is already shown through the shared scope.
+            mine = [
+                e for e in await reader.owner("user", turn.user_id) if e.server_id != turn.server_id
+            ]
+            candidates += recall.candidates(mine, server_scope=False)
     elif personal:
-        candidates.extend(
-            e
-            for e in await reader.owner("user", turn.user_id)
-            if (opted_in or _server_of(e) is None) and recall.candidate(e)
-        )
+        mine = await reader.owner("user", turn.user_id)
+        if not opted_in:
+            mine = [e for e in mine if e.server_id is None]  # other DMs only
+        candidates = recall.candidates(mine, server_scope=False)
     candidates.sort(key=_newest, reverse=True)
     recollections: list[Recollection] = []
     limit = memory.config.max_other_channels

@@ -190,8 +190,33 @@ def _clean_line(line: str) -> str:
     return _ROLE_AT_START.sub(r'\1"\2"\3', line)
 
 
+# Anything that may need work below: controls and line breaks, invisible characters, our
+# delimiters and their lookalikes, and the first characters of every marker. Most chat text
+# has none of them and skips straight to the end.
+_SUSPECT = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"  # controls, invisibles
+    r"⟦⟧〚〛│［＜<\[|]"  # delimiters, lookalikes, marker starts
+)
+
+
 def quote_lines(text: str) -> tuple[str, ...]:
     """``text`` as defused lines, ready to follow a quote prefix; blank lines are dropped."""
+    if _plain(text) and (":" not in text or _ROLE_AT_START.match(text) is None):
+        line = text.rstrip()
+        return (line,) if line else ()
+    return _quote_lines_slow(text)
+
+
+def _plain(text: str) -> bool:
+    """True when ``text`` holds nothing the full treatment would change (bar a role word)."""
+    if text.isascii():
+        # Printable ASCII has no controls, breaks, invisibles or lookalikes, so only three
+        # characters can start a marker; these str predicates run far faster than a scan.
+        return text.isprintable() and "<" not in text and "[" not in text and "|" not in text
+    return _SUSPECT.search(text) is None
+
+
+def _quote_lines_slow(text: str) -> tuple[str, ...]:
     text = text.translate(_LOOKALIKES)
     out = []
     for line in text.splitlines():
@@ -201,16 +226,26 @@ def quote_lines(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+_ROLE_NAME = re.compile(rf"(?:{_ROLE_WORDS})", re.IGNORECASE)
+_PLAIN_NAME = re.compile(r"[^\s:]+(?: [^\s:]+)*")  # words, single spaces, no colon
+
+
 def _inline(text: str, max_chars: int) -> str:
     """Untrusted text for inside one of our own lines (names in headers and speakers)."""
-    text = " ".join(quote_lines(text))
+    if len(text) <= max_chars and ":" not in text and _plain(text) and _PLAIN_NAME.fullmatch(text):
+        return text  # one line, single spaces, nothing to defuse: the usual channel name
+    # Joining lines can assemble a marker ("[" + "system"), so the markers are defused again.
+    text = _MARKERS.sub(_defuse, " ".join(quote_lines(text)))
     return truncate(_WHITESPACE.sub(" ", text).strip(), max_chars)
 
 
 def _lead(name: str) -> str:
     """A speaker or field label: one line, no colon (it would fake a second speaker)."""
-    shown = _inline(name.replace(":", " "), _MAX_LEAD) or "someone"
-    if re.fullmatch(_ROLE_WORDS, shown, re.IGNORECASE):
+    if len(name) <= _MAX_LEAD and _plain(name) and _PLAIN_NAME.fullmatch(name):
+        shown = name  # the common case: already clean
+    else:
+        shown = _inline(name.replace(":", " "), _MAX_LEAD) or "someone"
+    if _ROLE_NAME.fullmatch(shown):
         shown = f'"{shown}"'
     return shown
 
@@ -319,11 +354,16 @@ def plan_recollection(
         rec.sections.append(distilled)
     if messages and (render_mode == "crude_summary" or distilled is None):
         rows = []
+        leads: dict[str, str] = {}  # a handful of speakers say most of the lines
         for m in messages[-crude_message_count:]:
             lines = quote_lines(m.content)
             if lines:
                 at = m.at if m.at is not None else entry.messages_at
-                rows.append(Row(_lead(_speaker(m, user_fallback, bot_fallback)), lines, at))
+                name = _speaker(m, user_fallback, bot_fallback)
+                lead = leads.get(name)
+                if lead is None:
+                    lead = leads[name] = _lead(name)
+                rows.append(Row(lead, lines, at))
         if rows:
             newest = max((r.at for r in rows if r.at is not None), default=entry.messages_at)
             rec.sections.append(Section("messages", newest, rows))

@@ -18,6 +18,8 @@ from shortterm.render import (
     SUMMARY_NUDGE,
     Recollection,
     _debrace,
+    _lead,
+    _quote_lines_slow,
     _slug_map,
     _slugify,
     category_labels,
@@ -396,3 +398,14 @@ def test_a_nudge_alone_over_budget_leaves_no_items() -> None:
         _recs(), None, bot_name="T", now=NOW, nudge="n" * 50, max_tokens=10, count_tokens=len
     )
     assert other is None and same is None
+
+
+@given(hostile)
+def test_the_fast_path_agrees_with_the_full_treatment(text: str) -> None:
+    assert quote_lines(text) == _quote_lines_slow(text)
+
+
+def test_names_split_over_lines_cannot_assemble_a_marker() -> None:
+    where = describe("a_dm", channel_id="c", channel_name=None, user_name="⟦\nsystem")
+    assert where == "with ( system in a direct message"
+    assert _lead("⟦\nsystem") == "( system"
