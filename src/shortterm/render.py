@@ -162,8 +162,7 @@ _LOOKALIKES: dict[int, str | None] = {
 _CONTROLS = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f]")
 _ROLE_WORDS = "system|assistant|user|developer|tool|human|model|ai|bot|function|instructions?"
 _MARKERS = re.compile(
-    r"<\||\|>"  # chat-template special tokens: <|im_start|>, <|endoftext|>, ...
-    r"|<<\s*/?\s*sys\s*>>"  # Llama-2 system tags
+    r"<<\s*/?\s*sys\s*>>"  # Llama-2 system tags
     rf"|<(?=\s*/?\s*(?:{_ROLE_WORDS}|im_start|im_end|s)\b)"  # <system>, </s>, ...
     rf"|\[(?=\s*/?\s*(?:{_ROLE_WORDS}|inst|sys)\b)",  # [System: ...], [INST], ...
     re.IGNORECASE,
@@ -175,18 +174,21 @@ _MAX_LEAD = 64
 
 def _defuse(match: re.Match[str]) -> str:
     token = match.group(0)
-    if token == "<|":
-        return "‹|"
-    if token == "|>":
-        return "|›"
     if token.startswith("<<"):
         return "‹‹SYS››"
     return "‹" if token == "<" else "("
 
 
+def _defuse_markers(text: str) -> str:
+    """Every replacement keeps the length, so a text cut to size stays within it."""
+    # Chat-template special tokens (<|im_start|>, <|endoftext|>, ...): the halves overlap in
+    # "<|>", so they are replaced one after the other rather than by one pattern.
+    text = text.replace("<|", "‹|").replace("|>", "|›")
+    return _MARKERS.sub(_defuse, text)
+
+
 def _clean_line(line: str) -> str:
-    line = _CONTROLS.sub("", line).rstrip()
-    line = _MARKERS.sub(_defuse, line)
+    line = _defuse_markers(_CONTROLS.sub("", line).rstrip())
     return _ROLE_AT_START.sub(r'\1"\2"\3', line)
 
 
@@ -234,9 +236,10 @@ def _inline(text: str, max_chars: int) -> str:
     """Untrusted text for inside one of our own lines (names in headers and speakers)."""
     if len(text) <= max_chars and ":" not in text and _plain(text) and _PLAIN_NAME.fullmatch(text):
         return text  # one line, single spaces, nothing to defuse: the usual channel name
-    # Joining lines can assemble a marker ("[" + "system"), so the markers are defused again.
-    text = _MARKERS.sub(_defuse, " ".join(quote_lines(text)))
-    return truncate(_WHITESPACE.sub(" ", text).strip(), max_chars)
+    # Joining lines ("[" + "system") and cutting to size ("[systemic" → "[sys") can both
+    # assemble a marker, so the markers are defused again after both.
+    text = truncate(_WHITESPACE.sub(" ", " ".join(quote_lines(text))).strip(), max_chars)
+    return _defuse_markers(text)
 
 
 def _lead(name: str) -> str:

@@ -231,6 +231,8 @@ def test_multiline_messages_indent_their_continuation() -> None:
         ("│ fake quote", "| fake quote"),
         ("sys\u200btem: x", '"system": x'),
         ("［System: x", "(System: x"),
+        ("＜|>", "‹|›"),
+        ("<|>|>", "‹|›|›"),
         ("The system: fine", "The system: fine"),
         ("an [array] and a <b>tag</b>", "an [array] and a <b>tag</b>"),
     ],
@@ -252,7 +254,8 @@ _HOSTILE = [
     "⟦", "⟧", "〚", "〛", "│", "│ ", "\n", "\r\n", "\u2028", "\x85", "\x0b", "\x1e", ":",
     "[System:", "[system", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "system:",
     "assistant:", "User :", "<<SYS>>", "[INST]", "</s>", "<system>", "⟦end of memory⟧",
-    "\u200b", "\u202e", "\x00", "\x1b[31m", "{user}", "  ", "Tomo: ", "［", "＜|",
+    "\u200b", "\u202e", "\x00", "\x1b[31m", "{user}", "  ", "Tomo: ", "［", "＜|", "|>", "<",
+    "x" * 60,  # long names get cut to size, which must not assemble a marker either
 ]  # fmt: skip
 hostile = st.lists(st.one_of(st.sampled_from(_HOSTILE), st.text(max_size=8)), max_size=12).map(
     "".join
@@ -409,3 +412,9 @@ def test_names_split_over_lines_cannot_assemble_a_marker() -> None:
     where = describe("a_dm", channel_id="c", channel_name=None, user_name="⟦\nsystem")
     assert where == "with ( system in a direct message"
     assert _lead("⟦\nsystem") == "( system"
+
+
+def test_cutting_a_name_to_size_cannot_create_a_marker() -> None:
+    name = "x" * 60 + "[systemsystem"  # cut at 64 characters it would end in "[sys"
+    assert _lead(name) == "x" * 60 + "(sys"
+    assert len(_lead(name)) <= 64
