@@ -66,6 +66,7 @@ class Memory:
                 "read_through",
                 "hydrated_rows",
                 "upgrades",
+                "upgrade_refusals",
             ),
             0,
         )

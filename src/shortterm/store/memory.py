@@ -63,6 +63,14 @@ class MemoryStore:
     def _upsert(
         self, key: ScopeKey, meta: ScopeMeta | None, now: float, **changes: object
     ) -> ScopeRow:
+        row = self._next_row(key, meta, now, **changes)
+        self._rows[key.astuple] = row
+        return row
+
+    def _next_row(
+        self, key: ScopeKey, meta: ScopeMeta | None, now: float, **changes: object
+    ) -> ScopeRow:
+        """The row ``key`` would hold after the change; nothing is stored yet."""
         old = self._rows.get(key.astuple)
         if meta is None:
             meta = old.meta if old else ScopeMeta(server_id=_server_of(key))
@@ -79,7 +87,6 @@ class MemoryStore:
                 updated_at=now,
                 **changes,  # type: ignore[arg-type]
             )
-        self._rows[key.astuple] = row
         return row
 
     async def touch(
@@ -121,7 +128,10 @@ class MemoryStore:
             if reset_counter is not None and key == reset_counter:
                 changes["turns_since_refresh"] = 0
                 changes["refresh_epoch"] = (old.refresh_epoch if old else 0) + 1
-            out.append(self._upsert(key, meta, now, **changes))
+            out.append(self._next_row(key, meta, now, **changes))
+        # Every row is computed before any is stored: all scopes change, or none does.
+        for row in out:
+            self._rows[row.key.astuple] = row
         return out
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
