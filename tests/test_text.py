@@ -114,3 +114,27 @@ def test_strip_controls_keeps_text_tabs_and_line_breaks() -> None:
 def test_strip_controls_makes_lone_surrogates_storable() -> None:
     assert strip_controls("a\ud800b") == "a\ufffdb"
     assert clean_text("a\x00b") == "a\ufffdb"
+
+
+def _reference_strip(text: str, keep_newlines: bool) -> str:
+    text = regex.sub("\r\n?|[\u2028\u2029\x85]", "\n", text)
+    text = regex.sub(
+        "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufeff]", "", text
+    )
+    if not keep_newlines:
+        text = text.replace("\n", " ")
+    return regex.sub("[\ud800-\udfff]", "\ufffd", text)
+
+
+_MIXED = st.text(
+    st.sampled_from(
+        [*"ab \n\t\r", "\x00", "\x07", "\x85", "\u2028", "\u202e", "\ufeff", "é", "\u200d", "\xa0"]
+    )
+    | st.characters(),
+    max_size=30,
+)
+
+
+@given(_MIXED, st.booleans())
+def test_strip_controls_fast_path_agrees_with_the_full_cleaning(text: str, keep: bool) -> None:
+    assert strip_controls(text, keep_newlines=keep) == _reference_strip(text, keep)

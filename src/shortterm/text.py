@@ -44,6 +44,9 @@ def clean_text(text: str) -> str:
 def strip_controls(text: str, *, keep_newlines: bool = True) -> str:
     """Remove control characters; line breaks become ``\\n`` (or a space without
     ``keep_newlines``) and tabs stay. Lone surrogates become U+FFFD."""
+    if text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable():
+        # Nothing to remove (a C-speed check; every character we strip is unprintable).
+        return text if keep_newlines else text.replace("\n", " ")
     text = _NEWLINES.sub("\n", text)
     text = _CONTROLS.sub("", text)
     if not keep_newlines:

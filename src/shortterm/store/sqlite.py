@@ -86,9 +86,11 @@ _SERVER_UPSERT = (
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
 
 
-def _row(r: Sequence[Any]) -> ScopeRow:
+def _row(r: Sequence[Any], key: ScopeKey | None = None) -> ScopeRow:
+    """A row from its columns; ``key``, when the caller already holds it, saves validating
+    the key columns again."""
     return ScopeRow(
-        key=ScopeKey(r[0], r[1], r[2], r[3]),
+        key=key if key is not None else ScopeKey(r[0], r[1], r[2], r[3]),
         meta=ScopeMeta(
             server_id=r[4],
             server_name=r[5],
@@ -240,11 +242,12 @@ class SQLiteStore:
 
     # -- scopes ---------------------------------------------------------------------------
 
-    def _upsert_many(self, params: list[dict[str, Any]]) -> list[ScopeRow]:
+    def _upsert_many(self, keys: list[ScopeKey], params: list[dict[str, Any]]) -> list[ScopeRow]:
         if len(params) == 1:  # a single statement is its own transaction
-            return [_row(self._db.execute(_UPSERT, params[0]).fetchone())]
+            return [_row(self._db.execute(_UPSERT, params[0]).fetchone(), keys[0])]
         with self._tx() as db:
-            return [_row(db.execute(_UPSERT, p).fetchone()) for p in params]
+            pairs = zip(keys, params, strict=True)
+            return [_row(db.execute(_UPSERT, p).fetchone(), k) for k, p in pairs]
 
     async def touch(
         self,
@@ -259,7 +262,8 @@ class SQLiteStore:
             if increment is not None and key == increment:
                 p["inc"] = 1
             params.append(p)
-        return self._guard("capture upsert", lambda: self._upsert_many(params))
+        keys = [key for key, _ in scopes]
+        return self._guard("capture upsert", lambda: self._upsert_many(keys, params))
 
     async def write_distilled(
         self,
@@ -287,7 +291,8 @@ class SQLiteStore:
 
         def run() -> list[ScopeRow]:
             if change.categories is None or change.replace_categories:
-                return self._upsert_many([params_for(k, m, {}) for k, m in scopes])
+                keys = [k for k, _ in scopes]
+                return self._upsert_many(keys, [params_for(k, m, {}) for k, m in scopes])
             with self._tx() as db:  # merge: read and write under one write lock
                 out = []
                 for key, meta in scopes:
@@ -295,7 +300,8 @@ class SQLiteStore:
                         f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
                     ).fetchone()
                     current = json.loads(cur[0]) if cur else {}
-                    out.append(_row(db.execute(_UPSERT, params_for(key, meta, current)).fetchone()))
+                    params = params_for(key, meta, current)
+                    out.append(_row(db.execute(_UPSERT, params).fetchone(), key))
                 return out
 
         return self._guard("distilled write", run)

@@ -18,23 +18,26 @@ from ..placeholders import sanitize_placeholders
 from ..store.base import DistilledWrite
 from ..text import strip_controls, truncate
 from . import texts
-from .spec import ToolSpec
 
-__all__ = ["clean_note", "max_argument_chars", "parse_arguments"]
+__all__ = ["Refused", "clean_note", "max_argument_chars", "parse_arguments"]
 
 # Text beyond this many times the limit cannot survive truncation, so it is not even cleaned.
 _PRECUT_FACTOR = 8
 _BLANK_LINES = re.compile(r"\n{3,}")
+# strict=False lets raw line breaks inside strings through, as some models send them (control
+# characters are removed from the text afterwards anyway). One decoder, built once: passing
+# the option to json.loads would build a new one on every call.
+_DECODER = json.JSONDecoder(strict=False)
 
 
 class Refused(Exception):
     """Arguments that cannot be used; the message is for the model."""
 
 
-def max_argument_chars(spec: ToolSpec, max_chars: int) -> int:
+def max_argument_chars(fields: int, max_chars: int) -> int:
     """The longest JSON argument string accepted: room for every field at the limit even when
     each character is written as a ``\\u`` escape pair, with headroom for overlong notes."""
-    return 32 * max_chars * len(spec.fields) + 4096
+    return 32 * max_chars * fields + 4096
 
 
 def clean_note(text: str, max_chars: int) -> str:
@@ -49,9 +52,8 @@ def clean_note(text: str, max_chars: int) -> str:
     return text
 
 
-def _example(spec: ToolSpec) -> str:
-    name = spec.fields[0].name
-    return json.dumps({name: "..."})
+def _example(names: tuple[str, ...]) -> str:
+    return json.dumps({names[0]: "..."})
 
 
 def _kind(value: object) -> str:
@@ -70,42 +72,39 @@ def _kind(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-def _decode(args: object, spec: ToolSpec, max_chars: int) -> Mapping[Any, Any]:
+def _decode(args: object, names: tuple[str, ...], max_chars: int) -> Mapping[Any, Any]:
     if isinstance(args, bytes | bytearray):
         try:
             args = bytes(args).decode("utf-8")
         except UnicodeDecodeError:
             raise Refused(
-                texts.BAD_JSON.format(error="not UTF-8", example=_example(spec))
+                texts.BAD_JSON.format(error="not UTF-8", example=_example(names))
             ) from None
     if args is None:
         return {}
     if isinstance(args, str):
-        limit = max_argument_chars(spec, max_chars)
+        limit = max_argument_chars(len(names), max_chars)
         if len(args) > limit:
             raise Refused(texts.TOO_LARGE.format(size=len(args), limit=limit))
         if not args.strip():
             return {}  # some clients send "" for a call without arguments
         try:
-            # strict=False lets raw line breaks inside strings through, as some models send
-            # them; control characters are removed from the text afterwards anyway.
-            args = json.loads(args, strict=False)
+            args = _DECODER.decode(args)
         except json.JSONDecodeError as exc:
             error = f"{exc.msg}: line {exc.lineno} column {exc.colno}"
-            raise Refused(texts.BAD_JSON.format(error=error, example=_example(spec))) from None
+            raise Refused(texts.BAD_JSON.format(error=error, example=_example(names))) from None
         except (ValueError, RecursionError):
             raise Refused(
-                texts.BAD_JSON.format(error="nested too deeply", example=_example(spec))
+                texts.BAD_JSON.format(error="nested too deeply", example=_example(names))
             ) from None
     if not isinstance(args, Mapping):
-        raise Refused(texts.NOT_OBJECT.format(example=_example(spec), kind=_kind(args)))
+        raise Refused(texts.NOT_OBJECT.format(example=_example(names), kind=_kind(args)))
     if not all(isinstance(k, str) for k in args):
-        raise Refused(texts.BAD_KEY.format(example=_example(spec)))
+        raise Refused(texts.BAD_KEY.format(example=_example(names)))
     return args
 
 
-def _check_fields(args: Mapping[str, Any], spec: ToolSpec) -> None:
-    names = spec.field_names
+def _check_fields(args: Mapping[str, Any], names: tuple[str, ...]) -> None:
     unknown = [k for k in args if k not in names]
     if unknown:
         shown = ", ".join(repr(k[:60]) for k in unknown[:5])
@@ -121,11 +120,14 @@ def _text(args: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
-def parse_arguments(args: object, spec: ToolSpec, max_chars: int) -> DistilledWrite:
-    """The update ``args`` asks for; raises :class:`Refused` with a message for the model."""
-    decoded = _decode(args, spec, max_chars)
-    _check_fields(decoded, spec)
-    if spec.mode == "summary":
+def parse_arguments(
+    args: object, names: tuple[str, ...], *, categories: bool, max_chars: int
+) -> DistilledWrite:
+    """The update ``args`` asks for, given the tool's field ``names`` (``("summary",)`` in
+    summary mode); raises :class:`Refused` with a message for the model."""
+    decoded = _decode(args, names, max_chars)
+    _check_fields(decoded, names)
+    if not categories:
         summary = _text(decoded, "summary")
         if summary is None:
             raise Refused(texts.SUMMARY_MISSING)
@@ -136,7 +138,7 @@ def parse_arguments(args: object, spec: ToolSpec, max_chars: int) -> DistilledWr
             raise Refused(texts.EMPTY_AFTER_CLEANING.format(field="summary"))
         return DistilledWrite(summary=cleaned, set_summary=True)
     changes: dict[str, str | None] = {}
-    for name in spec.field_names:
+    for name in names:
         value = _text(decoded, name)
         if value is None:
             continue  # absent or null: unchanged
@@ -148,5 +150,5 @@ def parse_arguments(args: object, spec: ToolSpec, max_chars: int) -> DistilledWr
             raise Refused(texts.EMPTY_AFTER_CLEANING.format(field=name))
         changes[name] = cleaned
     if all(v is None for v in changes.values()):
-        raise Refused(texts.CATEGORIES_EMPTY.format(fields=", ".join(spec.field_names)))
+        raise Refused(texts.CATEGORIES_EMPTY.format(fields=", ".join(names)))
     return DistilledWrite(categories=changes)

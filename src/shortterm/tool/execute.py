@@ -18,7 +18,7 @@ from ..model import Privacy, ScopeKey
 from . import texts
 from .arguments import Refused, parse_arguments
 from .guards import refusal
-from .spec import ToolSpec, build_spec, render
+from .spec import ToolSpec, build_spec, field_names, render
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -57,14 +57,15 @@ def _refused(turn: Turn, message: str) -> ToolResult:
     return ToolResult(False, message)
 
 
-def _scopes(turn: Turn) -> list[ScopeKey]:
-    scopes = []
-    if turn.effective_privacy() is not Privacy.PARTIAL:
-        scopes.append(turn.user_key(turn.persona_id))
+def _scopes(turn: Turn, privacy: Privacy) -> tuple[list[ScopeKey], ScopeKey]:
+    """The scopes an upgrade writes, and the live one among them."""
+    user = turn.user_key(turn.persona_id)
     server = turn.server_key(turn.persona_id)
-    if server is not None:
-        scopes.append(server)
-    return scopes
+    if server is None:
+        return [user], user  # a DM; partial privacy was refused by the guards
+    if privacy is Privacy.PARTIAL:
+        return [server], server
+    return [user, server], server
 
 
 async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
@@ -76,23 +77,28 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
         await memory._refresh_settings()
     except StoreUnavailable as exc:
         memory._store_failed("settings refresh", exc)  # the cached settings still apply
-    reason = refusal(turn)
+    privacy = turn.effective_privacy()
+    reason = refusal(turn, privacy)
     if reason is not None:
         return _refused(turn, reason)
     config = memory.config
+    slugs = field_names(turn.settings, config.max_categories)
     try:
-        change = parse_arguments(args, turn_spec(turn), config.max_summary_chars)
+        change = parse_arguments(
+            args,
+            slugs or ("summary",),
+            categories=slugs is not None,
+            max_chars=config.max_summary_chars,
+        )
     except Refused as exc:
         return _refused(turn, str(exc))
     meta = turn.meta(turn.persona_lineage_id)
+    scopes, live = _scopes(turn, privacy)
     now = memory.clock()
     turn._upgrading = True  # a parallel call on this turn is refused while this one runs
     try:
         rows = await memory.store.write_distilled(
-            [(key, meta) for key in _scopes(turn)],
-            change,
-            reset_counter=turn.live_key,
-            now=now,
+            [(key, meta) for key in scopes], change, reset_counter=live, now=now
         )
     except StoreUnavailable as exc:
         memory._store_failed("tool call", exc)

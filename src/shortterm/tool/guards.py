@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 __all__ = ["refusal"]
 
 
-def refusal(turn: Turn) -> str | None:
+def refusal(turn: Turn, privacy: Privacy | None = None) -> str | None:
     """The reason ``turn`` may not update short-term memory now, or ``None`` when it may.
+    ``privacy`` is the turn's effective privacy, when the caller already has it.
 
     In order: a provider without tools, tools switched off for the turn, short-term memory
     switched off on the server, a user who keeps nothing personal here, explicit long-term
@@ -31,7 +32,8 @@ def refusal(turn: Turn) -> str | None:
         return texts.NO_TOOLS
     if not turn.settings.stm_enabled:
         return texts.DISABLED
-    privacy = turn.effective_privacy()
+    if privacy is None:
+        privacy = turn.effective_privacy()
     # Full privacy: the user is never captured, so nothing is distilled from their turns
     # either. Partial privacy keeps no personal scope, and a DM has no other.
     if privacy is Privacy.FULL or (privacy is Privacy.PARTIAL and turn.is_dm):

@@ -29,7 +29,15 @@ from ..text import strip_controls, truncate
 from . import texts
 from .slug import slug_map
 
-__all__ = ["FORMATS", "ToolField", "ToolSpec", "active_categories", "build_spec", "render"]
+__all__ = [
+    "FORMATS",
+    "ToolField",
+    "ToolSpec",
+    "active_categories",
+    "build_spec",
+    "field_names",
+    "render",
+]
 
 # OpenAI refuses function descriptions over 1024 characters; the others accept more, but a
 # longer description only costs tokens on every turn.
@@ -65,6 +73,13 @@ def active_categories(settings: ServerSettings, max_categories: int) -> tuple[Ca
     if len(categories) == 1 and categories[0].label.casefold() == "summary":
         return ()
     return categories
+
+
+def field_names(settings: ServerSettings, max_categories: int) -> tuple[str, ...] | None:
+    """The category slugs of the tool's fields, or ``None`` in summary mode (cheaper than
+    building the whole spec when only the names matter)."""
+    categories = active_categories(settings, max_categories)
+    return tuple(slug_map(categories)) if categories else None
 
 
 def _identity_values(bot_name: str) -> dict[str, str]:
