@@ -18,7 +18,7 @@ from ..model import Privacy, ScopeKey
 from . import texts
 from .arguments import Refused, parse_arguments
 from .guards import refusal
-from .spec import ToolSpec, build_spec, field_names, render
+from .spec import ToolSpec, build_spec, field_names, renderer
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -47,9 +47,8 @@ def turn_spec(turn: Turn) -> ToolSpec:
 
 def tools(turn: Turn, format: str = "openai") -> list[dict[str, Any]]:
     """The tool definitions to offer this turn in ``format``; empty when it may not be used."""
-    spec = turn_spec(turn)
-    rendered = render(spec, format)  # an unknown format is an error even when not offered
-    return [rendered] if refusal(turn) is None else []
+    render = renderer(format)  # an unknown format is an error even when nothing is offered
+    return [] if refusal(turn) is not None else [render(turn_spec(turn))]
 
 
 def _refused(turn: Turn, message: str) -> ToolResult:

@@ -37,6 +37,7 @@ __all__ = [
     "build_spec",
     "field_names",
     "render",
+    "renderer",
 ]
 
 # OpenAI refuses function descriptions over 1024 characters; the others accept more, but a
@@ -209,10 +210,15 @@ FORMATS: dict[str, Callable[[ToolSpec], dict[str, Any]]] = {
 }
 
 
+def renderer(format: object) -> Callable[[ToolSpec], dict[str, Any]]:
+    """The renderer for ``format``; ``InvalidInput`` for an unknown one."""
+    found = FORMATS.get(format) if isinstance(format, str) else None
+    if found is None:
+        raise InvalidInput("format", format, f"one of {', '.join(map(repr, FORMATS))}")
+    return found
+
+
 def render(spec: ToolSpec, format: str) -> dict[str, Any]:
     """The tool definition in ``format`` ("openai", "anthropic", "gemini" or "mcp"); a new
     dict on every call, so callers may change it."""
-    renderer = FORMATS.get(format) if isinstance(format, str) else None
-    if renderer is None:
-        raise InvalidInput("format", format, f"one of {', '.join(map(repr, FORMATS))}")
-    return renderer(spec)
+    return renderer(format)(spec)
