@@ -32,6 +32,7 @@ def best_cut(text: str, n: int) -> int:
         ("\u1100\u1161\u11a8" * 3, "Hangul syllables written as conjoining jamo"),
         ("ab\r\ncd", "CR LF"),
         ("\u0915\u094d\u0937\u0915", "Devanagari conjunct (virama links two consonants)"),
+        ("aaa\u094d\u0e01", "a virama does not link a Thai letter"),
         ("a\u200cb", "zero-width non-joiner"),
         ("\uff76\uff9e\uff76\uff9e", "half-width katakana with voicing marks"),
         ("x\u0e01\u0e33y", "Thai SARA AM"),

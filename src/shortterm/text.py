@@ -79,6 +79,12 @@ def _is_pictographic(cp: int) -> bool:
     return cp in (0x3030, 0x303D, 0x3297, 0x3299)
 
 
+def _is_conjunct_consonant(cp: int) -> bool:
+    # A letter of one of the scripts whose virama links consonants (a superset of the
+    # consonants: a false "yes" only keeps a syllable together).
+    return 0x0900 <= cp <= 0x0D7F and unicodedata.category(chr(cp)) == "Lo"
+
+
 def _hangul(cp: int) -> str:
     if 0x1100 <= cp <= 0x115F or 0xA960 <= cp <= 0xA97C:
         return "L"
@@ -123,11 +129,14 @@ def is_boundary(text: str, i: int) -> bool:
             j -= 1
         if j >= 0 and _is_pictographic(ord(text[j])):
             return False
-    if unicodedata.category(text[i]) == "Lo":
-        j = i - 1
-        while j >= 0 and _is_extend(ord(text[j])) and ord(text[j]) not in _LINKERS:
+    if _is_conjunct_consonant(n):
+        j, linked = i - 1, False
+        while j >= 0 and not linked and _is_extend(ord(text[j])):
+            linked = ord(text[j]) in _LINKERS
             j -= 1
-        if j >= 0 and ord(text[j]) in _LINKERS:
+        # UAX #29 wants a consonant before the linker too; some implementations do not, so
+        # a linker alone is enough to keep the next consonant attached.
+        if linked:
             return False
     if _RI_FIRST <= p <= _RI_LAST and _RI_FIRST <= n <= _RI_LAST:
         run = 0  # regional indicators pair up into flags from the start of their run
