@@ -22,6 +22,7 @@ from .model import (
     ServerSettings,
     UserSettings,
 )
+from .tool import ToolResult
 from .turn import Turn
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "ServerSettings",
     "ShortTermError",
     "StoreUnavailable",
+    "ToolResult",
     "Turn",
     "UserSettings",
     "__version__",

@@ -74,6 +74,7 @@ class Memory:
                 "hydrated_rows",
                 "upgrades",
                 "degraded_contexts",
+                "upgrade_refusals",
             ),
             0,
         )

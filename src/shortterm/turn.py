@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .context import Context
 from .errors import InvalidInput, StoreUnavailable
@@ -28,6 +28,8 @@ from .model import (
 from .recall import build_context
 from .store.base import ScopeMeta, ScopeRow
 from .text import truncate
+from .tool import execute as _tool
+from .tool.guards import refusal as _tool_refusal
 
 if TYPE_CHECKING:
     from .memory import Memory
@@ -95,6 +97,7 @@ class Turn:
             raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
         self.locale = locale
         self.upgraded = False  # one successful upgrade per turn
+        self._upgrading = False  # an upgrade of this turn is being written
         self._intent: bool | None = None
 
     # -- scopes ---------------------------------------------------------------------------
@@ -144,7 +147,23 @@ class Turn:
 
     def tool_available(self) -> bool:
         """Whether the upgrade tool (and the cadence nudge) may be offered right now."""
-        return self.tool_possible() and not self.upgraded and not self.long_term_intent
+        return _tool_refusal(self) is None
+
+    # -- write path 2: the summary upgrade tool -------------------------------------------
+
+    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """The ``update_short_term_memory`` definition in ``format`` ("openai", "anthropic",
+        "gemini", "mcp"), as a one-item list; ``[]`` when this turn may not use it."""
+        return _tool.tools(self, format)
+
+    async def call_tool(self, name: str, args: object) -> _tool.ToolResult:
+        """Run a tool call the model made (``args``: a dict or a JSON string). ``ok`` is true
+        only after the update is durable; otherwise ``message`` says why, for the model."""
+        return await _tool.call_tool(self, name, args)
+
+    async def maintenance_due(self) -> bool:
+        """True when the tool is offered and the live counter reached the server's cadence."""
+        return await _tool.maintenance_due(self)
 
     def meta(self, lineage: str | None) -> ScopeMeta:
         private = False

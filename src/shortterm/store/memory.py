@@ -80,6 +80,20 @@ class MemoryStore:
         changes: dict[str, Any] | None = None,
     ) -> ScopeRow:
         """Insert or update one row, as the SQL backends' single upsert statement does."""
+        row = self._next_row(key, meta, now, inc=inc, changes=changes)
+        self._store(row)
+        return row
+
+    def _next_row(
+        self,
+        key: ScopeKey,
+        meta: ScopeMeta | None,
+        now: float,
+        *,
+        inc: int = 0,
+        changes: dict[str, Any] | None = None,
+    ) -> ScopeRow:
+        """The row ``key`` would hold after the change; nothing is stored yet."""
         old = self._rows.get(key.astuple)
         if old is None:
             fields: dict[str, Any] = {"turns_since_refresh": inc}
@@ -100,13 +114,14 @@ class MemoryStore:
                 fields["meta"] = _keep_known(old.meta, meta)
         if changes:
             fields.update(changes)
-        row = ScopeRow(key=key, updated_at=now, **fields)
-        kt = key.astuple
-        if old is None:
+        return ScopeRow(key=key, updated_at=now, **fields)
+
+    def _store(self, row: ScopeRow) -> None:
+        kt = row.key.astuple
+        if kt not in self._rows:
             self._by_owner.setdefault((kt[0], kt[1]), set()).add(kt)
             self._by_channel.setdefault(kt[2], set()).add(kt)
         self._rows[kt] = row
-        return row
 
     async def touch(
         self,
@@ -140,7 +155,10 @@ class MemoryStore:
             if reset_counter is not None and key == reset_counter:
                 changes["turns_since_refresh"] = 0
                 changes["refresh_epoch"] = (old.refresh_epoch if old else 0) + 1
-            out.append(self._upsert(key, meta, now, changes=changes))
+            out.append(self._next_row(key, meta, now, changes=changes))
+        # Every row is computed before any is stored: all scopes change, or none does.
+        for row in out:
+            self._store(row)
         return out
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:

@@ -108,11 +108,11 @@ _TOUCH_BY_ROWS = {n: _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n)) for n in (1
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
 
 
-def _row(r: Sequence[Any]) -> ScopeRow:
-    # Keys read back from our own table were validated when they were written. Positional
-    # construction: hydration builds a million of these.
+def _row(r: Sequence[Any], key: ScopeKey | None = None) -> ScopeRow:
+    """A row from its columns. Keys read back from our own table were validated when they
+    were written; positional construction because hydration builds a million of these."""
     return ScopeRow(
-        ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
+        key if key is not None else ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
         ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
         r[10],
         r[11],
@@ -263,11 +263,12 @@ class SQLiteStore:
 
     # -- scopes ---------------------------------------------------------------------------
 
-    def _upsert_many(self, params: list[dict[str, Any]]) -> list[ScopeRow]:
+    def _upsert_many(self, keys: list[ScopeKey], params: list[dict[str, Any]]) -> list[ScopeRow]:
         if len(params) == 1:  # a single statement is its own transaction
-            return [_row(self._db.execute(_UPSERT, params[0]).fetchone())]
+            return [_row(self._db.execute(_UPSERT, params[0]).fetchone(), keys[0])]
         with self._tx() as db:
-            return [_row(db.execute(_UPSERT, p).fetchone()) for p in params]
+            pairs = zip(keys, params, strict=True)
+            return [_row(db.execute(_UPSERT, p).fetchone(), k) for k, p in pairs]
 
     async def touch(
         self,
@@ -332,7 +333,8 @@ class SQLiteStore:
 
         def run() -> list[ScopeRow]:
             if change.categories is None or change.replace_categories:
-                return self._upsert_many([params_for(k, m, {}) for k, m in scopes])
+                keys = [k for k, _ in scopes]
+                return self._upsert_many(keys, [params_for(k, m, {}) for k, m in scopes])
             with self._tx() as db:  # merge: read and write under one write lock
                 out = []
                 for key, meta in scopes:
@@ -340,7 +342,8 @@ class SQLiteStore:
                         f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
                     ).fetchone()
                     current = json.loads(cur[0]) if cur else {}
-                    out.append(_row(db.execute(_UPSERT, params_for(key, meta, current)).fetchone()))
+                    params = params_for(key, meta, current)
+                    out.append(_row(db.execute(_UPSERT, params).fetchone(), key))
                 return out
 
         return self._guard("distilled write", run)

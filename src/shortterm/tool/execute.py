@@ -1,0 +1,148 @@
+"""Running the tool for a turn: the durable write path of a summary upgrade.
+
+A call is refused (``ok=False``) for an unknown name, a turn that may not use the tool, or
+unusable arguments. Otherwise the user scope and, in a guild, the server scope of the turn's
+persona are written in one durable transaction that also zeroes the live cadence counter;
+``ok=True`` is returned only after that commit, and the hot tier is then updated from the
+committed rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreUnavailable
+from ..model import Privacy, ScopeKey
+from . import texts
+from .arguments import Refused, parse_arguments
+from .guards import refusal
+from .spec import ToolSpec, build_spec, field_names, renderer
+
+if TYPE_CHECKING:
+    from ..turn import Turn
+
+__all__ = ["ToolResult", "call_tool", "maintenance_due", "tools", "turn_spec"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call did. ``message`` is meant for the model: pass it back as the tool's
+    result. ``ok`` is true only once the update is durable."""
+
+    ok: bool
+    message: str
+
+
+def turn_spec(turn: Turn) -> ToolSpec:
+    config = turn.memory.config
+    return build_spec(
+        turn.settings,
+        max_categories=config.max_categories,
+        max_summary_chars=config.max_summary_chars,
+        bot_name=turn.bot_name,
+    )
+
+
+def tools(turn: Turn, format: str = "openai") -> list[dict[str, Any]]:
+    """The tool definitions to offer this turn in ``format``; empty when it may not be used."""
+    render = renderer(format)  # an unknown format is an error even when nothing is offered
+    return [] if refusal(turn) is not None else [render(turn_spec(turn))]
+
+
+def _refused(turn: Turn, message: str) -> ToolResult:
+    turn.memory._counts["upgrade_refusals"] += 1
+    return ToolResult(False, message)
+
+
+def _scopes(turn: Turn, privacy: Privacy) -> tuple[list[ScopeKey], ScopeKey]:
+    """The scopes an upgrade writes, and the live one among them."""
+    user = turn.user_key(turn.persona_id)
+    server = turn.server_key(turn.persona_id)
+    if server is None:
+        return [user], user  # a DM; partial privacy was refused by the guards
+    if privacy is Privacy.PARTIAL:
+        return [server], server
+    return [user, server], server
+
+
+async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
+    memory = turn.memory
+    if name != texts.TOOL_NAME:
+        shown = name[:80] if isinstance(name, str) else name
+        return _refused(turn, texts.UNKNOWN_TOOL.format(name=shown, tool=texts.TOOL_NAME))
+    try:
+        await memory._refresh_settings()
+    except StoreUnavailable as exc:
+        memory._store_failed("settings refresh", exc)  # the cached settings still apply
+    privacy = turn.effective_privacy()
+    reason = refusal(turn, privacy)
+    if reason is not None:
+        return _refused(turn, reason)
+    config = memory.config
+    slugs = field_names(turn.settings, config.max_categories)
+    try:
+        change = parse_arguments(
+            args,
+            slugs or ("summary",),
+            categories=slugs is not None,
+            max_chars=config.max_summary_chars,
+        )
+    except Refused as exc:
+        return _refused(turn, str(exc))
+    meta = turn.meta(turn.persona_lineage_id)
+    scopes, live = _scopes(turn, privacy)
+    now = memory.clock()
+    turn._upgrading = True  # a parallel call on this turn is refused while this one runs
+    try:
+        rows = await memory.store.write_distilled(
+            [(key, meta) for key in scopes], change, reset_counter=live, now=now
+        )
+    except StoreUnavailable as exc:
+        memory._store_failed("tool call", exc)
+        memory._counts["upgrade_refusals"] += 1
+        return ToolResult(False, texts.STORE_DOWN)
+    finally:
+        turn._upgrading = False
+    memory._store_ok()
+    turn.upgraded = True
+    memory._counts["upgrades"] += 1
+    try:
+        await memory.cache.apply_rows(rows, now)
+    except StoreUnavailable as exc:
+        # The update is committed, so it is reported as done. A hot tier that missed it must
+        # not keep serving the old values: drop the entries (best effort) and stop trusting
+        # the tier to be complete, so the next read goes to the durable tier.
+        memory._store_failed("tool cache update", exc)
+        memory.cache.set_complete(False)
+        for row in rows:
+            with contextlib.suppress(StoreUnavailable):
+                await memory.cache.delete(row.key)
+    return ToolResult(True, texts.OK)
+
+
+async def maintenance_due(turn: Turn) -> bool:
+    """True when the tool may be used and the live counter reached the server's cadence."""
+    memory = turn.memory
+    try:
+        await memory._refresh_settings()
+    except StoreUnavailable as exc:
+        memory._store_failed("settings refresh", exc)
+    if refusal(turn) is not None:
+        return False
+    key, now = turn.live_key, memory.clock()
+    count = await memory.cache.counter(key, now)
+    if count is None:
+        try:
+            row = await memory.store.load(key)
+        except StoreUnavailable as exc:
+            memory._store_failed("counter read", exc)
+            return False
+        memory._store_ok()
+        memory._counts["read_through"] += 1
+        if row is None:
+            return False  # never captured: nothing to maintain yet
+        await memory.cache.apply_rows([row], now)
+        count = row.turns_since_refresh
+    return count >= turn.settings.refresh_cadence

@@ -1,0 +1,177 @@
+"""The openai example against a scripted OpenAI-compatible server on loopback.
+
+The server speaks the real chat-completions wire format: the first answer is a ``tool_calls``
+message calling ``update_short_term_memory``, the second is plain text. The summary must be on
+disk afterwards (checked by reopening the SQLite file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import shortterm
+from shortterm.tool import texts
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "openai_tool_loop.py"
+SUMMARY = "Ana and Tomo planned a Saturday hike on the ridge trail, leaving at 8."
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("openai_tool_loop", EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def tool_call(arguments: str) -> dict[str, Any]:
+    return completion(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "update_short_term_memory", "arguments": arguments},
+                }
+            ],
+        },
+        "tool_calls",
+    )
+
+
+def text(content: str) -> dict[str, Any]:
+    return completion({"role": "assistant", "content": content}, "stop")
+
+
+class ScriptedModel:
+    """An OpenAI-compatible /v1/chat/completions that plays back canned answers."""
+
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, Any]] = []
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/v1/chat/completions" or not model.answers:
+                    self.send_error(404)
+                    return
+                model.requests.append(body)
+                payload = json.dumps(model.answers.pop(0)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedModel:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def example() -> ModuleType:
+    return load_example()
+
+
+async def test_a_full_tool_loop_lands_the_summary_on_disk(
+    example: ModuleType, tmp_path: Path
+) -> None:
+    db = tmp_path / "bot.db"
+    answers = [tool_call(json.dumps({"summary": SUMMARY})), text("Saturday at 8, see you there!")]
+    with ScriptedModel(answers) as model:
+        reply = await example.main(
+            base_url=model.base_url,
+            model="scripted",
+            user_message="so, Saturday hike on the ridge trail at 8?",
+            store=f"sqlite:///{db}",
+        )
+    assert reply == "Saturday at 8, see you there!"
+    first, second = model.requests
+    assert [t["function"]["name"] for t in first["tools"]] == ["update_short_term_memory"]
+    assert first["messages"][-1]["content"].endswith("Saturday hike on the ridge trail at 8?")
+    assert "tools" not in second  # one upgrade per turn: the tool is gone after it
+    tool_message = second["messages"][-1]
+    assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": texts.OK}
+    assert second["messages"][-2]["tool_calls"][0]["id"] == "call_1"
+
+    with sqlite3.connect(db) as conn:
+        rows = dict(conn.execute("SELECT kind, summary FROM scopes").fetchall())
+    conn.close()
+    assert rows == {"user": SUMMARY, "server": SUMMARY}
+    async with shortterm.open(store=f"sqlite:///{db}") as memory:
+        entry = await memory.get(shortterm.ScopeKey.server("333", "222"))
+        assert entry is not None
+        assert entry.summary == SUMMARY
+
+
+async def test_the_next_turn_sees_the_summary(example: ModuleType, tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    answers = [tool_call(json.dumps({"summary": SUMMARY})), text("Noted."), text("At 8.")]
+    with ScriptedModel(answers) as model:
+        await example.main(
+            base_url=model.base_url, model="m", user_message="hike at 8", store=f"sqlite:///{db}"
+        )
+        await example.main(
+            base_url=model.base_url, model="m", user_message="when again?", store=f"sqlite:///{db}"
+        )
+    notes = model.requests[2]["messages"][1]
+    assert notes["role"] == "system"
+    assert SUMMARY in notes["content"]
+
+
+async def test_a_refused_call_is_reported_to_the_model_and_nothing_is_written(
+    example: ModuleType, tmp_path: Path
+) -> None:
+    db = tmp_path / "bot.db"
+    answers = [tool_call('{"summary": 42}'), text("Sure.")]
+    with ScriptedModel(answers) as model:
+        reply = await example.main(
+            base_url=model.base_url, model="m", user_message="hi", store=f"sqlite:///{db}"
+        )
+    assert reply == "Sure."
+    refusal = model.requests[1]["messages"][-1]
+    assert refusal["role"] == "tool"
+    assert "must be a string" in refusal["content"]
+    assert "tools" in model.requests[1]  # nothing landed, so the tool is still offered
+    with sqlite3.connect(db) as conn:
+        summaries = conn.execute("SELECT summary FROM scopes").fetchall()
+    conn.close()
+    assert summaries
+    assert all(s is None for (s,) in summaries)
