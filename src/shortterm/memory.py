@@ -30,9 +30,9 @@ from .model import (
     check_id,
     check_optional_id,
 )
-from .render import _slugify
 from .store.base import DistilledWrite, Store
 from .text import clean_text, truncate
+from .tool.slug import slugify
 from .turn import Turn
 
 __all__ = ["Memory", "open"]
@@ -193,7 +193,7 @@ class Memory:
             )
         seen: dict[str, str] = {}
         for category in settings.categories:
-            slug = _slugify(category.label)
+            slug = slugify(category.label)
             if slug in seen:
                 raise InvalidInput(
                     "categories",

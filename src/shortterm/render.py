@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .model import Category, Entry, Message, ServerSettings
+from .model import Entry, Message, ServerSettings
+from .placeholders import sanitize_placeholders
 from .reltime import relative_time
 from .text import truncate
+from .tool.slug import slug_map
+from .tool.spec import active_categories
+from .tool.texts import TOOL_NAME
 
 __all__ = [
     "CATEGORY_NUDGE",
@@ -65,8 +69,6 @@ QUOTE = "│ "
 CONTINUE = "│   "
 END = f"{HEADER_OPEN}end of memory{HEADER_CLOSE}"
 
-# The tool's public name (part of the API contract); the nudge refers to it.
-TOOL_NAME = "update_short_term_memory"
 
 SUMMARY_NUDGE = (
     "Housekeeping for after your reply: call {short_term_memory_tool} with a fresh summary of "
@@ -82,59 +84,14 @@ CATEGORY_NUDGE = (
     "permanently, use your long-term memory for that, not this tool."
 )
 
-# -- slugs and placeholders --------------------------------------------------------------
-#
-# Both helpers must agree exactly with the tool's own (``tool.slug.slug_map`` and its
-# placeholder cleaner): the tool writes category values under these slugs and the renderer
-# reads them back. Keep them private so they can be replaced by an import.
-
-_NON_ALNUM = re.compile(r"[^a-z0-9]+")
-_MAX_SLUG = 48
-
-
-def _slugify(label: str) -> str:
-    """The base slug of one label (before collision suffixes)."""
-    slug = _NON_ALNUM.sub("_", label.lower()).strip("_")  # the substitution collapses runs
-    if slug[:1].isdigit():
-        slug = "c_" + slug
-    slug = slug[:_MAX_SLUG]
-    return slug or "field"
-
-
-def _slug_map(categories: Iterable[Category]) -> dict[str, str]:
-    """slug → label, in label order; a repeated slug becomes ``slug_2``, ``slug_3``, ..."""
-    out: dict[str, str] = {}
-    for category in categories:
-        base = _slugify(category.label)
-        slug, n = base, 1
-        while slug in out:
-            n += 1
-            slug = f"{base}_{n}"
-        out[slug] = category.label
-    return out
-
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Macros the host bot expands itself; everything else in braces loses its braces so a stray
-# template name can never reach a formatter as a placeholder.
-_HOST_MACROS = frozenset({"user", "bot", "char", "user_formatted", "user_term"})
-
-
-def _debrace(text: str) -> str:
-    return _PLACEHOLDER.sub(
-        lambda m: m.group(0) if m.group(1) in _HOST_MACROS else m.group(1), text
-    )
-
 
 def category_labels(settings: ServerSettings) -> dict[str, str] | None:
     """slug → label when the server is in category mode, ``None`` in summary mode.
 
     A single category labelled "summary" is summary mode (the form a settings screen saves
     when nothing was configured)."""
-    cats = settings.categories
-    if not cats or (len(cats) == 1 and cats[0].label.casefold() == "summary"):
-        return None
-    return _slug_map(cats)
+    cats = active_categories(settings, len(settings.categories))
+    return slug_map(cats) if cats else None
 
 
 def nudge_text(settings: ServerSettings, labels: Mapping[str, str] | None) -> str:
@@ -145,7 +102,7 @@ def nudge_text(settings: ServerSettings, labels: Mapping[str, str] | None) -> st
     template = settings.nudge_text or (CATEGORY_NUDGE if labels else SUMMARY_NUDGE)
     listed = ", ".join(labels.values()) if labels else "summary"
     text = template.replace("{short_term_memory_tool}", TOOL_NAME)
-    return _debrace(text.replace("{category_labels}", listed))
+    return sanitize_placeholders(text.replace("{category_labels}", listed))
 
 
 # -- defusing untrusted text --------------------------------------------------------------

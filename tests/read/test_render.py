@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shortterm import Category, Entry, Message, ScopeKey, ServerSettings
+from shortterm.placeholders import sanitize_placeholders
 from shortterm.render import (
     CATEGORY_NUDGE,
     END,
@@ -17,11 +18,8 @@ from shortterm.render import (
     QUOTE,
     SUMMARY_NUDGE,
     Recollection,
-    _debrace,
     _lead,
     _quote_lines_slow,
-    _slug_map,
-    _slugify,
     category_labels,
     describe,
     distilled_section,
@@ -61,43 +59,14 @@ def plan(
     )
 
 
-# -- slugs and placeholders --------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("label", "slug"),
-    [
-        ("Mood", "mood"),
-        ("Open questions", "open_questions"),
-        ("  Who's here?! ", "who_s_here"),
-        ("a -- b __ c", "a_b_c"),
-        ("2024 plans", "c_2024_plans"),
-        ("Café crème", "caf_cr_me"),
-        ("!!!", "field"),
-        ("日本語", "field"),
-        ("x" * 60, "x" * 48),
-    ],
-)
-def test_slug_rules(label: str, slug: str) -> None:
-    assert _slugify(label) == slug
-
-
-def test_slug_map_keeps_label_order_and_numbers_collisions() -> None:
-    cats = [Category(label, "d") for label in ("Mood", "mood!", "Plans", "MOOD")]
-    assert _slug_map(cats) == {
-        "mood": "Mood",
-        "mood_2": "mood!",
-        "plans": "Plans",
-        "mood_3": "MOOD",
-    }
-    assert list(_slug_map(cats).values()) == ["Mood", "mood!", "Plans", "MOOD"]
+# -- placeholders in the nudge (the slug rules live in tests/test_tool_slug.py) ----------
 
 
 def test_unknown_placeholders_lose_their_braces_host_macros_stay() -> None:
     text = (
         "{user} and {bot} and {char} {user_formatted} {user_term}: {memory_tool} {x1} {not valid}"
     )
-    assert _debrace(text) == (
+    assert sanitize_placeholders(text) == (
         "{user} and {bot} and {char} {user_formatted} {user_term}: memory_tool x1 {not valid}"
     )
 
