@@ -151,9 +151,11 @@ async def test_the_next_turn_sees_the_summary(example: ModuleType, tmp_path: Pat
         await example.main(
             base_url=model.base_url, model="m", user_message="when again?", store=f"sqlite:///{db}"
         )
-    notes = model.requests[2]["messages"][1]
-    assert notes["role"] == "system"
-    assert SUMMARY in notes["content"]
+    sent = model.requests[2]["messages"]
+    notes = [i for i, m in enumerate(sent) if SUMMARY in (m.get("content") or "")]
+    assert notes == [1]  # anchored right after the system prompt, before the dialogue
+    assert sent[0]["role"] == "system"
+    assert sent[-1]["content"].endswith("when again?")
 
 
 async def test_a_refused_call_is_reported_to_the_model_and_nothing_is_written(

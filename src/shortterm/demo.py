@@ -22,6 +22,8 @@ GUILD_A, GUILD_B = "5001", "5002"
 GENERAL, PLANS, LOUNGE, DM = "7001", "7002", "7101", "7900"
 TOMO, KAI = "1", "2"
 NAMES = {ANA: "Ana", BEN: "Ben", TOMO: "Tomo", KAI: "Kai"}
+# A persona keeps its lineage across servers; recall only shows memories of the same lineage.
+LINEAGE = {TOMO: "tomo", KAI: "kai"}
 
 
 class _Clock:
@@ -151,6 +153,7 @@ async def run_demo(
                 channel_id=channel,
                 server_id=server,
                 persona_id=persona,
+                persona_lineage_id=LINEAGE[persona],
                 user_message=says,
                 user_name=NAMES[user],
                 bot_name=NAMES[persona],
@@ -164,11 +167,40 @@ async def run_demo(
             out.print(f"[dim]{where} #{channel}[/] [cyan]{NAMES[persona]}[/]: {replies}")
             clock.advance(60)
 
-        # The model distils #general into a summary (the upgrade write path).
+        # The model distils #general into a summary through its tool (the upgrade path).
         summary = "Hike on Saturday: ridge trail, 8am, north car park. Ana and Ben are going."
-        for key in (ScopeKey.server(GUILD_A, GENERAL, TOMO), ScopeKey.user(ANA, GENERAL, TOMO)):
-            await memory.set_summary(key, summary)
-        out.print(f"\n[green]summary upgrade[/] for #{GENERAL} (Tomo): {summary}\n")
+        upgrade = memory.turn(
+            user_id=ANA,
+            channel_id=GENERAL,
+            server_id=GUILD_A,
+            persona_id=TOMO,
+            persona_lineage_id=LINEAGE[TOMO],
+            user_message="Can you keep track of the plan?",
+            user_name="Ana",
+            bot_name="Tomo",
+        )
+        offered = [t["function"]["name"] for t in upgrade.tools("openai")]
+        result = await upgrade.call_tool("update_short_term_memory", {"summary": summary})
+        again = await upgrade.call_tool("update_short_term_memory", {"summary": "twice?"})
+        out.print(f"\ntools offered: {offered}")
+        out.print(f"[green]summary upgrade[/] for #{GENERAL} (Tomo): ok={result.ok} — {summary}")
+        out.print(f"a second upgrade in the same turn: ok={again.ok} — {again.message}\n")
+
+        # What Tomo is shown when Ana talks to it in #plans: #general's memory, as quoted data.
+        elsewhere = memory.turn(
+            user_id=ANA,
+            channel_id=PLANS,
+            server_id=GUILD_A,
+            persona_id=TOMO,
+            persona_lineage_id=LINEAGE[TOMO],
+            user_message="what did we settle?",
+            user_name="Ana",
+            bot_name="Tomo",
+        )
+        ctx = await elsewhere.context()
+        out.rule(f"context for Ana's next turn in #{PLANS}", style="dim")
+        for item in ctx.items:
+            out.print(item.text, markup=False, highlight=False)
         out.print(_table("Remembered before the restart", await _snapshot(memory)))
         stats = memory.stats()
         out.print(f"hot tier: {stats['entries']} entries, ~{stats['bytes']:,} bytes\n")
@@ -187,6 +219,7 @@ async def run_demo(
             channel_id=GENERAL,
             server_id=GUILD_A,
             persona_id=TOMO,
+            persona_lineage_id=LINEAGE[TOMO],
             user_message="What time was it again?",
             user_name="Ana",
             bot_name="Tomo",
@@ -201,3 +234,7 @@ async def run_demo(
             f"\nafter one more turn in #{GENERAL}: {len(entry.messages)} new message(s), "
             f"summary kept: {entry.summary!r}, turns since refresh: {entry.turns_since_refresh}"
         )
+        ctx = await turn.context()
+        out.rule(f"context for the next turn in #{GENERAL} (same channel)", style="dim")
+        for item in ctx.items:
+            out.print(item.text, markup=False, highlight=False)
