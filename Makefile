@@ -29,7 +29,9 @@ POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 REDIS_URL    ?= redis://127.0.0.1:6379/0
 
 bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on demand)
-	$(BIN)/shortterm bench --output docs/benchmarks.md
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/shortterm bench --output docs/benchmarks.md --json docs/benchmarks.json \
+		--plot docs/latency-vs-entries.png
 	$(BIN)/python benchmarks/bench_backends.py --postgres $(POSTGRES_URL) --redis $(REDIS_URL)
 
 clean:

@@ -94,6 +94,8 @@ class Floor:
         self.entries: dict[tuple[str, str, str, str | None], deque[Message]] = {}
         self.by_owner: dict[tuple[str, str], set[tuple[str, str, str, str | None]]] = {}
         self.by_channel: dict[str, set[tuple[str, str, str, str | None]]] = {}
+        self.written: dict[tuple[str, str, str, str | None], int] = {}
+        self._tick = 0
 
     def write(self, key: tuple[str, str, str, str | None], messages: list[Message]) -> None:
         dq = self.entries.get(key)
@@ -103,6 +105,20 @@ class Floor:
             self.by_channel.setdefault(key[2], set()).add(key)
         dq.clear()
         dq.extend(messages)
+        self._tick += 1
+        self.written[key] = self._tick
+
+    def context(self, t: dict[str, Any]) -> str:
+        """The floor's read: the live deque and the three most recently written other
+        channels of the same owner, joined into text."""
+        owner = ("server", t["server_id"]) if t["server_id"] else ("user", t["user_id"])
+        live = (owner[0], owner[1], t["channel_id"], t["persona_id"])
+        parts = [m.content for m in self.entries.get(live, ())]
+        others = [k for k in self.by_owner.get(owner, ()) if k[2] != t["channel_id"]]
+        others.sort(key=self.written.__getitem__, reverse=True)
+        for key in others[:3]:
+            parts.extend(m.content for m in self.entries[key])
+        return "\n".join(parts)
 
     def capture(self, t: dict[str, Any], messages: list[Message]) -> None:
         self.write(("user", t["user_id"], t["channel_id"], t["persona_id"]), messages)
@@ -192,6 +208,17 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
             await turn.capture(history=history, replies=[reply])
             samples.append(time.perf_counter_ns() - start)
         res.timings[name] = summarize(name, samples)
+
+    floor_ctx: list[int] = []
+    ctx_ns: list[int] = []
+    for t in turns:
+        _timed(floor_ctx, floor.context, t)
+        turn = in_memory.turn(**t, user_message="what is the plan?", bot_name="Tomo")
+        start = time.perf_counter_ns()
+        await turn.context()
+        ctx_ns.append(time.perf_counter_ns() - start)
+    res.timings["floor context"] = summarize("floor context", floor_ctx)
+    res.timings["context"] = summarize("context", ctx_ns)
 
     live_keys = [memory_turn_key(t) for t in turns]
     floor_get: list[int] = []
@@ -298,6 +325,8 @@ def render_core(results: dict[str, Any], command: str) -> str:
             ("floor capture", None),
             ("capture (hot tier, memory:// store)", "floor capture"),
             ("capture (hot tier + SQLite counter)", "floor capture"),
+            ("floor context", None),
+            ("context", "floor context"),
             ("floor get", None),
             ("get", "floor get"),
             ("floor clear_channel", None),
