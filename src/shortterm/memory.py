@@ -30,7 +30,7 @@ from .model import (
     check_id,
     check_optional_id,
 )
-from .store.base import DistilledWrite, Store
+from .store.base import DistilledWrite, ScopeMeta, Store
 from .text import clean_text, truncate
 from .tool.slug import slugify
 from .turn import Turn
@@ -57,6 +57,7 @@ class Memory:
         self._servers: dict[str, ServerSettings] = {}
         self._users: dict[str, UserSettings] = {}
         self._full_privacy_users: set[str] = set()  # checked for every captured message
+        self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self._settings_checked_at = 0.0
         self._sweeper: asyncio.Task[None] | None = None
         self._degraded = False
@@ -153,6 +154,15 @@ class Memory:
 
     def _user(self, user_id: str) -> UserSettings:
         return self._users.get(user_id, _DEFAULT_USER)
+
+    def _meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
+        """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
+        meta = self._metas.get(parts)
+        if meta is None:
+            if len(self._metas) >= 4096:
+                self._metas.clear()
+            meta = self._metas[parts] = ScopeMeta(*parts)
+        return meta
 
     def _remember_users(self, changed: Mapping[str, UserSettings]) -> None:
         for user_id, settings in changed.items():

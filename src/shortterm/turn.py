@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .context import Context
 from .errors import InvalidInput, StoreUnavailable
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Turn"]
 
 T = TypeVar("T")
+_PRIVACY_ORDER = (Privacy.NONE, Privacy.PARTIAL, Privacy.FULL)
 
 # The triggering text is only scanned for intent; nothing longer is useful for that.
 _MAX_USER_MESSAGE_CHARS = 20_000
@@ -127,9 +128,10 @@ class Turn:
 
     def effective_privacy(self) -> Privacy:
         """The stricter of the level passed for this turn and the user's stored choice."""
-        stored = self.memory._user(self.user_id).privacy
-        order = (Privacy.NONE, Privacy.PARTIAL, Privacy.FULL)
-        return max(self.privacy, stored, key=order.index)
+        stored = self.memory._users.get(self.user_id)
+        if stored is None or stored.privacy is Privacy.NONE:
+            return self.privacy
+        return max(self.privacy, stored.privacy, key=_PRIVACY_ORDER.index)
 
     def tool_possible(self) -> bool:
         """Whether this kind of turn could ever be offered the tool (provider, tools, server
@@ -169,14 +171,15 @@ class Turn:
         private = False
         if self.server_id is not None:
             private = self.settings.is_private(self.channel_id, self.parent_channel_id)
-        return ScopeMeta(
-            server_id=self.server_id,
-            server_name=self.server_name,
-            channel_name=self.channel_name,
-            parent_channel_id=self.parent_channel_id,
-            private=private,
-            persona_lineage_id=lineage,
+        parts = (
+            self.server_id,
+            self.server_name,
+            self.channel_name,
+            self.parent_channel_id,
+            private,
+            lineage,
         )
+        return self.memory._meta(parts)
 
     # -- the read path --------------------------------------------------------------------
 
@@ -216,7 +219,8 @@ class Turn:
         history = _checked("history", history, Message)
         replies = _checked("replies", replies, Reply)
         memory = self.memory
-        await memory._refresh_settings()
+        if memory.clock() - memory._settings_checked_at >= memory.config.settings_refresh_s:
+            await memory._refresh_settings()
         privacy = self.effective_privacy()
         if stopped or not replies or privacy is Privacy.FULL:
             memory._counts["captures_skipped"] += 1
@@ -304,6 +308,8 @@ def _cap(text: str, cap: int) -> str:
 
 
 def _checked(name: str, items: object, kind: type[T]) -> list[T]:
+    if type(items) is list and all(map(isinstance, items, repeat(kind))):
+        return cast("list[T]", items)  # the usual call: a list of the right things
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
         raise InvalidInput(name, items, f"a list of shortterm.{kind.__name__}")
     if not all(map(isinstance, items, repeat(kind))):
