@@ -292,13 +292,36 @@ class InProcessCache:
         entries = self._entries
         pending: list[tuple[float, int, Tup]] = []
         kt: Tup | None = None
+        by_owner, by_channel, seq = self._by_owner, self._by_channel, self._seq
+        crude_ttl, summary_ttl = self.crude_ttl_s, self.summary_ttl_s
         for row in rows:
             kt = row.key.astuple
             rec = entries.get(kt)
             if rec is None:
+                # The hydration path, a million times at open: everything inline.
                 rec = _Record(row.key, row.meta)
-                self._insert(kt, rec)
-            elif row.revision <= rec.revision:
+                entries[kt] = rec
+                _add(by_owner, (kt[0], kt[1]), kt)
+                _add(by_channel, kt[2], kt)
+                summary, categories = row.summary, row.categories
+                rec.summary, rec.summary_at = summary, row.summary_at
+                rec.categories, rec.categories_at = categories, row.categories_at
+                rec.turns, rec.revision, rec.touched_at = row.turns_since_refresh, row.revision, now
+                size = _RECORD_BYTES + (len(summary) if summary else 0)
+                expires = now + crude_ttl
+                if summary is not None and row.summary_at is not None:
+                    expires = row.summary_at + summary_ttl
+                if categories:
+                    size += sum(len(k) + len(v) + 100 for k, v in categories.items())
+                    if row.categories_at is not None:
+                        later = row.categories_at + summary_ttl
+                        expires = later if summary is None or later > expires else expires
+                rec.size = size
+                self._bytes += size
+                rec.expires_at = expires
+                pending.append((expires, next(seq), kt))
+                continue
+            if row.revision <= rec.revision:
                 continue
             else:
                 entries.move_to_end(kt)
@@ -307,12 +330,13 @@ class InProcessCache:
             self._resize(rec)
             rec.view = None
             self._reschedule(kt, rec, pending)
-        if len(pending) > 64:  # hydration batches: one O(n) heapify beats n pushes
-            self._heap.extend(pending)
-            heapq.heapify(self._heap)
+        heap = self._heap
+        if len(pending) > len(heap):  # a first, big batch: one O(n) heapify beats n pushes
+            heap.extend(pending)
+            heapq.heapify(heap)
         else:
             for item in pending:
-                heapq.heappush(self._heap, item)
+                heapq.heappush(heap, item)
         if kt is not None:
             self._enforce_bounds(kt)
 

@@ -128,6 +128,29 @@ def _row(r: Sequence[Any], key: ScopeKey | None = None) -> ScopeRow:
 _NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
+def _hydration_row(r: Sequence[Any], metas: dict[tuple[Any, ...], ScopeMeta]) -> ScopeRow:
+    """:func:`_row` sharing one ScopeMeta per distinct value: the scopes of one channel (its
+    users and personas) carry the same, so a million rows need far fewer objects."""
+    parts = (r[4], r[5], r[6], r[7], bool(r[8]), r[9])
+    meta = metas.get(parts)
+    if meta is None:
+        if len(metas) > 65536:
+            metas.clear()
+        meta = metas[parts] = ScopeMeta(*parts)
+    return ScopeRow(
+        ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
+        meta,
+        r[10],
+        r[11],
+        json.loads(r[12]) if r[12] != "{}" else _NO_CATEGORIES,
+        r[13],
+        r[14],
+        r[15],
+        r[16],
+        r[17],
+    )
+
+
 def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
     m = meta or _UNKNOWN_META
     return {
@@ -379,12 +402,13 @@ class SQLiteStore:
                 (since, since),
             ),
         )
+        metas: dict[tuple[Any, ...], ScopeMeta] = {}
         try:
             while True:
                 rows = self._guard("hydration read", lambda: cursor.fetchmany(batch_rows))
                 if not rows:
                     return
-                yield [_row(r) for r in rows]
+                yield [_hydration_row(r, metas) for r in rows]
                 await asyncio.sleep(0)  # let the loop breathe between batches
         finally:
             cursor.close()
