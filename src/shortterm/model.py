@@ -140,12 +140,6 @@ class Message:
     at: float | None = field(default=None, kw_only=True)
     message_id: str | None = field(default=None, kw_only=True)
     privacy: Privacy = field(default=Privacy.NONE, kw_only=True)
-    # The content as the renderer quotes it, computed on first render and kept for the life of
-    # this message: recall renders the same cached messages turn after turn. Not part of the
-    # value (no eq, no repr), and it goes away with the message when a clear drops it.
-    quoted: tuple[str, ...] | None = field(
-        default=None, init=False, repr=False, compare=False, hash=False
-    )
 
     def __post_init__(self) -> None:
         if self.role not in ("user", "assistant"):
@@ -188,7 +182,6 @@ class Message:
         _set(msg, "at", at)
         _set(msg, "message_id", message_id)
         _set(msg, "privacy", privacy)
-        _set(msg, "quoted", None)
         return msg
 
 

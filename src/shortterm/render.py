@@ -316,10 +316,7 @@ def plan_recollection(
         rows = []
         leads: dict[str, str] = {}  # a handful of speakers say most of the lines
         for m in messages[-crude_message_count:]:
-            lines = m.quoted
-            if lines is None:
-                lines = quote_lines(m.content)
-                object.__setattr__(m, "quoted", lines)  # a cache slot, not part of the value
+            lines = quote_lines(m.content)
             if lines:
                 at = m.at if m.at is not None else entry.messages_at
                 name = _speaker(m, user_fallback, bot_fallback)

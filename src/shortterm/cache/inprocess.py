@@ -37,7 +37,6 @@ class _Record:
     """One cached scope. Mutable and private: readers only ever see :class:`Entry` views."""
 
     __slots__ = (
-        "authors",
         "categories",
         "categories_at",
         "expires_at",
@@ -71,7 +70,6 @@ class _Record:
         self.touched_at = 0.0
         self.expires_at = 0.0
         self.size = _RECORD_BYTES
-        self.authors: frozenset[str | None] = frozenset()
         self.view: Entry | None = None
         self.view_until = 0.0
 
@@ -185,7 +183,7 @@ class InProcessCache:
         rec = self._entries.pop(kt)
         _discard(self._by_owner, (kt[0], kt[1]), kt)
         _discard(self._by_channel, kt[2], kt)
-        for author in rec.authors:
+        for author in set(map(_author, rec.messages)):
             if author is not None:
                 _discard(self._by_author, author, kt)
         self._bytes -= rec.size
@@ -195,16 +193,18 @@ class InProcessCache:
             self._complete = False
 
     def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
-        authors = frozenset(map(_author, messages))
-        if authors != rec.authors:
+        # The authors are recomputed from the messages rather than kept beside them: a set
+        # per record would cost more memory than the index it serves.
+        authors = set(map(_author, messages))
+        previous = set(map(_author, rec.messages)) if rec.messages else set()
+        if authors != previous:
             index = self._by_author
-            for a in rec.authors - authors:
+            for a in previous - authors:
                 if a is not None:
                     _discard(index, a, kt)
-            for a in authors - rec.authors:
+            for a in authors - previous:
                 if a is not None:
                     _add(index, a, kt)
-            rec.authors = authors
         rec.messages = messages
         self._resize(rec)
 
