@@ -53,6 +53,7 @@ class Workload:
         user = f"u{self._pick(self.users, self._user_w)}"
         persona = f"p{self.rng.randrange(2)}"
         if self.rng.random() < 0.1:
+            self._regulars: tuple[str, ...] = ()
             return {
                 "user_id": user,
                 "channel_id": f"dm-{user}",
@@ -61,6 +62,9 @@ class Workload:
             }
         server = self._pick(self.servers, self._server_w)
         channel = self._pick(self.channels, self._channel_w)
+        # Each channel has its own regulars, who speak around the one the bot answers.
+        base = server * self.channels + channel
+        self._regulars = tuple(f"u{(base * 7919 + 104_729 * i) % self.users}" for i in range(8))
         return {
             "user_id": user,
             "channel_id": f"s{server}c{channel}",
@@ -69,17 +73,18 @@ class Workload:
         }
 
     def history(self, user: str, now: float) -> list[Message]:
-        """The last 9 messages the bot saw, the new ~120-char user message among them."""
-        out = [
-            Message(
-                "user",
-                self.filler[: 60 + 20 * (i % 5)],
-                author_id=f"u{i}",
-                speaker=f"U{i}",
-                at=now - 60 * (9 - i),
-            )
-            for i in range(8)
-        ]
+        """The last 9 messages the bot saw in the channel of the last :meth:`turn`, the new
+        ~120-char user message among them. In a DM only the user and the bot speak."""
+        regulars = getattr(self, "_regulars", ())
+        out = []
+        for i in range(8):
+            text, at = self.filler[: 60 + 20 * (i % 5)], now - 60 * (9 - i)
+            if regulars:
+                out.append(Message("user", text, author_id=regulars[i], speaker=f"R{i}", at=at))
+            elif i % 2:
+                out.append(Message("assistant", text, speaker="Tomo", at=at))
+            else:
+                out.append(Message("user", text, author_id=user, speaker="Ana", at=at))
         out.append(Message("user", self.filler[:120], author_id=user, speaker="Ana", at=now))
         return out
 

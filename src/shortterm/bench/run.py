@@ -74,7 +74,8 @@ async def _run(opts: BenchOptions) -> tuple[str, dict[str, Any], list[ChatDayRes
         f"`max_bytes`, is {memory['tier_estimate_per_entry']:,.0f}).",
     ]
     if peers is not None:
-        parts += ["", "### Peers", "", render_peers(peers)]
+        ours = chatday[0].timings["context"].median_us + chatday[0].timings["capture"].median_us
+        parts += ["", "### Peers", "", render_peers(peers, ours)]
     payload = {
         "machine": machine(),
         "command": opts.command,
