@@ -78,7 +78,7 @@ class Recorder:
         self.phases: list[tuple[str, int | None]] = []
         self.done = 0
 
-    def start(self, description: str, total: int | None) -> None:
+    def start(self, description: str, total: int | None, unit: str = "rows") -> None:
         self.phases.append((description, total))
 
     def advance(self, amount: int) -> None:

@@ -71,7 +71,8 @@ MAX_LINE_BYTES = 4 << 20  # far above any row we write; a longer line is not our
 class Progress(Protocol):
     """Where the drivers report long work (the CLI draws a progress bar)."""
 
-    def start(self, description: str, total: int | None) -> None: ...
+    def start(self, description: str, total: int | None, unit: str = "rows") -> None:
+        """A new phase of ``total`` units (``"rows"`` or ``"bytes"``; ``None``: unknown)."""
 
     def advance(self, amount: int) -> None: ...
 
@@ -354,7 +355,7 @@ async def import_jsonl(
     max_chars = memory.config.max_summary_chars
     with _two_pass(source) as (name, opener, size):
         if progress is not None:
-            progress.start("checking lines", size)
+            progress.start("checking lines", size, "bytes")
         rows, capped = _validate(name, opener, max_chars, progress)
         if dry_run or rows == 0:
             return ImportReport(rows, 0, 0, capped)
