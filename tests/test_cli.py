@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -237,6 +238,14 @@ def test_a_bad_url_exits_2() -> None:
     assert result.exit_code == 2 and "not a URL" in result.stderr
     result = run("export", "--cache", "carrier-pigeon://x")
     assert result.exit_code == 2 and "unknown scheme" in result.stderr
+
+
+def test_a_missing_extra_exits_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "shortterm.mcp_server", raising=False)
+    monkeypatch.setitem(sys.modules, "mcp", None)  # what an absent package looks like
+    result = run("mcp", "--store", f"sqlite:///{tmp_path / 'x.db'}")
+    assert result.exit_code == 4
+    assert "pip install 'shortterm[mcp]'" in result.stderr
 
 
 def test_exit_codes_are_mapped_in_one_place() -> None:

@@ -47,7 +47,7 @@ COMMANDS = list(_commands(main))
 def test_the_commands_are_the_ones_we_expect() -> None:
     names = {" ".join(p) for p in COMMANDS}
     expected = {"demo", "bench", "inspect", "show", "clear", "janitor", "migrate", "export"}
-    assert expected | {"import", "clear channel", "clear user"} <= names
+    assert expected | {"import", "mcp", "clear channel", "clear user"} <= names
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)

@@ -727,9 +727,56 @@ def import_(store: str, cache: str, source: str, fmt: str, dry_run: bool) -> Non
 # -- serving ---------------------------------------------------------------------------------
 
 
-# -- serving ---------------------------------------------------------------------------------
+@main.command("mcp")
+@memory_options
+@click.option("--user-id", help="Fix the scope's user (else a tool argument).")
+@click.option("--channel-id", help="Fix the scope's channel (else a tool argument).")
+@click.option("--server-id", help="Fix the scope's server (with --user-id/--channel-id: a DM).")
+@click.option("--persona-id", help="Fix the scope's persona.")
+@click.option("--persona-lineage-id", help="Recall only entries of this persona lineage.")
+@click.option("--bot-name", default="Assistant", show_default=True, help="The bot's name.")
+@click.option("--user-name", help="The user's display name.")
+@click.option("--server-name", help="The server's display name.")
+@click.option("--channel-name", help="The channel's display name.")
+def mcp(
+    store: str,
+    cache: str,
+    user_id: str | None,
+    channel_id: str | None,
+    server_id: str | None,
+    persona_id: str | None,
+    persona_lineage_id: str | None,
+    bot_name: str,
+    user_name: str | None,
+    server_name: str | None,
+    channel_name: str | None,
+) -> None:
+    """Serve memory to an MCP client over stdio (the update and read tools, a resource).
 
-# The HTTP sidecar's `serve` command goes here, in its own section.
+    Give --user-id and --channel-id to fix the conversation: the model then reaches no other
+    memory. Parts you leave out become tool arguments. Needs: pip install 'shortterm[mcp]'.
+
+    Example: shortterm mcp --store sqlite:///bot.db --user-id 111 --channel-id 222
+    """
+    from .mcp_server import Scope, serve_stdio
+
+    scope = Scope(
+        user_id=user_id,
+        channel_id=channel_id,
+        server_id=server_id,
+        persona_id=persona_id,
+        persona_lineage_id=persona_lineage_id,
+        bot_name=bot_name,
+        user_name=user_name,
+        server_name=server_name,
+        channel_name=channel_name,
+    )
+    _run(serve_stdio(store=store, cache=cache, scope=scope))
+
+
+# -- the HTTP sidecar ------------------------------------------------------------------------
+
+# The `serve` command (the HTTP sidecar) goes here, in its own section.
 
 
 if __name__ == "__main__":  # pragma: no cover
