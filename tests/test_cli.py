@@ -233,10 +233,11 @@ def test_an_unavailable_store_exits_3(tmp_path: Path) -> None:
     assert "cannot open SQLite database" in result.stderr
 
 
-def test_a_bad_url_exits_2() -> None:
+def test_a_bad_url_exits_2(tmp_path: Path) -> None:
     result = run("inspect", "--store", "nonsense", "--channel", "c1")
     assert result.exit_code == 2 and "not a URL" in result.stderr
-    result = run("export", "--cache", "carrier-pigeon://x")
+    store = f"sqlite:///{tmp_path / 'stm.db'}"
+    result = run("export", "--store", store, "--cache", "carrier-pigeon://x")
     assert result.exit_code == 2 and "unknown scheme" in result.stderr
 
 
