@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
@@ -674,9 +674,13 @@ def _import_jsonl(
     return import_jsonl(memory, source, dry_run=dry_run, progress=progress)
 
 
-# Import formats by name: each reads SOURCE (a path, or stdin's binary stream) into memory and
-# returns a report with the fields of transfer.ImportReport. Other formats register here.
-Importer = Callable[["Memory", Any, bool, "Progress"], Coroutine[Any, Any, "ImportReport"]]
+class ImportOutcome(Protocol):
+    def describe(self) -> list[str]: ...
+
+
+# Import formats by name: each reads SOURCE (a path, or stdin's binary stream) into memory,
+# with `dry_run` writing nothing, and returns what it did (lines to print). Others register here.
+Importer = Callable[["Memory", Any, bool, "Progress"], Coroutine[Any, Any, ImportOutcome]]
 IMPORT_FORMATS: dict[str, Importer] = {"jsonl": _import_jsonl}
 
 
@@ -705,23 +709,13 @@ def import_(store: str, cache: str, source: str, fmt: str, dry_run: bool) -> Non
     reader = IMPORT_FORMATS[fmt]
     stream: Any = sys.stdin.buffer if source == "-" else source
 
-    async def go() -> ImportReport:
+    async def go() -> ImportOutcome:
         async with _open(store, cache) as memory:
             with _Bar().shown() as bar:
                 return await reader(memory, stream, dry_run, bar)
 
-    report = _run(go())
-    if dry_run:
-        click.echo(f"{report.rows} valid row(s); nothing written (dry run)")
-    else:
-        click.echo(f"imported {report.written} of {report.rows} row(s)")
-    if report.skipped_private:
-        click.echo(
-            f"left out {report.skipped_private} user-scope row(s) of users whose privacy "
-            "setting forbids personal memory"
-        )
-    if report.capped:
-        click.echo(f"cut {report.capped} row(s) with values over max_summary_chars")
+    for line in _run(go()).describe():
+        click.echo(line)
 
 
 # -- serving ---------------------------------------------------------------------------------
@@ -731,7 +725,9 @@ def import_(store: str, cache: str, source: str, fmt: str, dry_run: bool) -> Non
 @memory_options
 @click.option("--user-id", help="Fix the scope's user (else a tool argument).")
 @click.option("--channel-id", help="Fix the scope's channel (else a tool argument).")
-@click.option("--server-id", help="Fix the scope's server (with --user-id/--channel-id: a DM).")
+@click.option(
+    "--server-id", help="Fix the scope's server (none, with --user-id and --channel-id: a DM)."
+)
 @click.option("--persona-id", help="Fix the scope's persona.")
 @click.option("--persona-lineage-id", help="Recall only entries of this persona lineage.")
 @click.option("--bot-name", default="Assistant", show_default=True, help="The bot's name.")

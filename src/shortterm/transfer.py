@@ -332,6 +332,22 @@ class ImportReport:
     written: int  # rows written (0 for a dry run)
     skipped_private: int  # user-scope rows left out for their owner's privacy setting
     capped: int  # rows with a value cut to max_summary_chars
+    dry_run: bool = False
+
+    def describe(self) -> list[str]:
+        """What the import did, in lines for a person."""
+        if self.dry_run:
+            lines = [f"{self.rows} valid row(s); nothing written (dry run)"]
+        else:
+            lines = [f"imported {self.written} of {self.rows} row(s)"]
+        if self.skipped_private:
+            lines.append(
+                f"left out {self.skipped_private} user-scope row(s) of users whose privacy "
+                "setting forbids personal memory"
+            )
+        if self.capped:
+            lines.append(f"cut {self.capped} row(s) with values over max_summary_chars")
+        return lines
 
 
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
@@ -358,7 +374,7 @@ async def import_jsonl(
             progress.start("checking lines", size, "bytes")
         rows, capped = _validate(name, opener, max_chars, progress)
         if dry_run or rows == 0:
-            return ImportReport(rows, 0, 0, capped)
+            return ImportReport(rows, 0, 0, capped, dry_run=dry_run)
         if progress is not None:
             progress.start("importing rows", rows)
         written = 0
