@@ -98,6 +98,7 @@ def test_inspect_filters(db: str) -> None:
         (["--server", "g1", "--kind", "user"], "add user_id or channel_id"),
         (["--user", "u1", "--persona", "7", "--no-persona"], "either --persona or --no-persona"),
         (["--channel", "x" * 300], "ids are 1-256 characters"),
+        (["--kind", "user"], "narrow --server, --channel or --user"),
     ],
 )
 def test_inspect_refuses_bad_filters_with_exit_2(db: str, args: list[str], message: str) -> None:

@@ -246,6 +246,11 @@ def _filters(
 ) -> dict[str, Any]:
     if persona_id is not None and no_persona:
         raise InvalidInput("persona", persona_id, "either --persona or --no-persona, not both")
+    narrowing = persona_id is not None or no_persona or kind is not None
+    if narrowing and server_id is None and channel_id is None and user_id is None:
+        raise click.UsageError(
+            "--persona, --no-persona and --kind narrow --server, --channel or --user"
+        )
     filters: dict[str, Any] = {
         name: value
         for name, value in (
@@ -389,9 +394,9 @@ def inspect(
 
     Example: shortterm inspect --server 333 --channel 222 --persona 7
     """
-    if server_id is None and channel_id is None and user_id is None:
-        raise click.UsageError("pass --server, --channel or --user (export lists every row)")
     filters = _filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
+    if not filters:
+        raise click.UsageError("pass --server, --channel or --user (export lists every row)")
 
     async def go() -> tuple[list[ScopeRow], float, int]:
         async with _open(store, cache) as memory:
