@@ -188,7 +188,10 @@ def build_server(memory: Memory, scope: Scope) -> Server[Any]:
     async def list_tools(
         ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        update = await update_schema()
+        try:
+            update = await update_schema()
+        except ShortTermError as exc:  # a settings read failed, or categories clash
+            raise MCPError(types.INTERNAL_ERROR, f"cannot list the tools: {exc}") from None
         return types.ListToolsResult(
             tools=[
                 types.Tool(
