@@ -94,6 +94,7 @@ class _Group(click.Group):
 def main() -> None:
     """Working memory for LLM chat bots.
 
+    \b
     Example: shortterm inspect --channel 222
     """
 
@@ -282,6 +283,7 @@ def demo(store: str, cache: str, keep: bool) -> None:
     The demo starts from an empty database (unless --keep), so it has its own default store
     and ignores SHORTTERM_STORE.
 
+    \b
     Example: shortterm demo --store sqlite:///demo.db
     """
     from .demo import run_demo
@@ -316,6 +318,7 @@ def _sizes(text: str) -> list[int]:
 def bench(entries: str, ops: int, hydrate: str, output: str | None) -> None:
     """Measure capture, get, clears and hydration against the floor.
 
+    \b
     Example: shortterm bench --entries 10000 --ops 5000 --output docs/benchmarks.md
     """
     from pathlib import Path
@@ -392,6 +395,7 @@ def inspect(
     alone lists the server's shared (server-scope) rows; add --channel or --user for user
     scopes. Values are shown as stored; "(expired)" marks one past its TTL.
 
+    \b
     Example: shortterm inspect --server 333 --channel 222 --persona 7
     """
     filters = _filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
@@ -455,6 +459,7 @@ def show(
     KIND is user (OWNER_ID is a user id) or server (OWNER_ID is a server id). Recent messages
     live in the hot tier: a shared cache (--cache redis://…) shows what the bots see.
 
+    \b
     Example: shortterm show server 333 222 --persona 7
     """
     from rich.text import Text
@@ -510,6 +515,7 @@ def clear() -> None:
     in-process cache keeps what it holds until it restarts: clear through the bot, or share
     a Redis cache, to forget there too.
 
+    \b
     Example: shortterm clear channel 222 --yes
     """
 
@@ -525,6 +531,7 @@ def _cleared(count: int) -> None:
 def clear_channel(store: str, cache: str, channel_id: str, yes: bool) -> None:
     """Forget every user, persona and scope of a channel.
 
+    \b
     Example: shortterm clear channel 222
     """
     _confirm(f"Forget everything remembered in channel {channel_id}?", yes)
@@ -543,6 +550,7 @@ def clear_channel(store: str, cache: str, channel_id: str, yes: bool) -> None:
 def clear_user(store: str, cache: str, user_id: str, yes: bool) -> None:
     """Forget a user: their user scopes, and their messages in every hot entry.
 
+    \b
     Example: shortterm clear user 111 --yes
     """
     _confirm(f"Forget user {user_id} everywhere?", yes)
@@ -565,6 +573,7 @@ def clear_server_channel(
 ) -> None:
     """Forget one channel's shared memory for one persona.
 
+    \b
     Example: shortterm clear server-channel 333 222 --persona 7
     """
     who = f"persona {persona_id}" if persona_id is not None else "no persona"
@@ -592,6 +601,7 @@ def clear_server_channel(
 def janitor(store: str, cache: str, retention_days: int | None) -> None:
     """Delete durable rows nobody has touched for a long time (run it daily, from cron).
 
+    \b
     Example: shortterm janitor --retention-days 30
     """
 
@@ -619,6 +629,7 @@ def janitor(store: str, cache: str, retention_days: int | None) -> None:
 def migrate(store: str) -> None:
     """Apply pending schema migrations to the store (opening memory does it too).
 
+    \b
     Example: shortterm migrate --store postgresql://bot@db/bot
     """
     from .backends import make_store
@@ -655,6 +666,7 @@ def export(
     file is written under a temporary name and renamed when complete. The format is in
     docs/cli.md.
 
+    \b
     Example: shortterm export backup.jsonl --store postgresql://bot@db/bot
     """
     from .transfer import export_jsonl
@@ -709,6 +721,7 @@ def import_(store: str, cache: str, source: str, fmt: str, dry_run: bool) -> Non
     the stored row with the same key, so an import that stopped on a store failure completes
     when run again.
 
+    \b
     Example: shortterm import backup.jsonl --store sqlite:///restored.db
     """
     reader = IMPORT_FORMATS[fmt]
@@ -757,6 +770,7 @@ def mcp(
     Give --user-id and --channel-id to fix the conversation: the model then reaches no other
     memory. Parts you leave out become tool arguments. Needs: pip install 'shortterm[mcp]'.
 
+    \b
     Example: shortterm mcp --store sqlite:///bot.db --user-id 111 --channel-id 222
     """
     from .mcp_server import Scope, serve_stdio
