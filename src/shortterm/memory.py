@@ -13,8 +13,8 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Generator, Mapping
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from types import EllipsisType, TracebackType
 from typing import Any
 
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
@@ -25,12 +25,13 @@ from .model import (
     Entry,
     Privacy,
     ScopeKey,
+    ScopeKind,
     ServerSettings,
     UserSettings,
     check_id,
     check_optional_id,
 )
-from .store.base import DistilledWrite, ScopeMeta, Store
+from .store.base import DistilledWrite, ScopeMeta, ScopeRow, Store
 from .text import clean_text, truncate
 from .tool.slug import slugify
 from .turn import Turn
@@ -83,13 +84,14 @@ class Memory:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    async def _start(self, *, hydrate: bool = True) -> None:
         await self.store.migrate()
         now = self.clock()
         self._servers.update(await self.store.server_settings_since(0.0))
         self._remember_users(await self.store.user_settings_since(0.0))
         self._settings_checked_at = now
-        await self._hydrate(now)
+        if hydrate:
+            await self._hydrate(now)
         if self.config.sweep_interval_s > 0:
             self._sweeper = asyncio.get_running_loop().create_task(
                 self._sweep_forever(), name="shortterm-sweeper"
@@ -283,6 +285,97 @@ class Memory:
             entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         return entries
 
+    # -- administration: listing, export, import -----------------------------------------
+
+    async def find_rows(
+        self,
+        *,
+        kind: ScopeKind | None = None,
+        server_id: str | None = None,
+        channel_id: str | None = None,
+        user_id: str | None = None,
+        persona_id: str | EllipsisType | None = ...,
+    ) -> list[ScopeRow]:
+        """Durable rows matching every filter given, sorted by key (an admin view: values
+        are shown as stored, expired or not; messages live in the hot tier only).
+
+        One indexed query, so the cost follows the k rows it returns: ``user_id`` reads that
+        user's scopes, ``channel_id`` every scope of the channel, ``server_id`` alone the
+        server's shared scopes. ``persona_id``: ``...`` any (the default), ``None`` no
+        persona, or an id. User scopes of a server are listed with ``user_id`` or
+        ``channel_id`` (they are indexed by user and by channel, not by server).
+        """
+        if kind is not None and kind not in ("user", "server"):
+            raise InvalidInput("kind", kind, "'user', 'server' or None")
+        check_optional_id("server_id", server_id)
+        check_optional_id("channel_id", channel_id)
+        check_optional_id("user_id", user_id)
+        if persona_id is not ...:
+            check_optional_id("persona_id", persona_id)
+        if user_id is not None:
+            if kind == "server":
+                raise InvalidInput(
+                    "kind", kind, "'user' or None with user_id (users own user scopes)"
+                )
+            rows = await self.store.load_owner("user", user_id)
+        elif channel_id is not None:
+            rows = await self.store.load_channel(channel_id)
+        elif server_id is not None:
+            if kind == "user":
+                raise InvalidInput(
+                    "kind", kind, "'server' or None with server_id alone; add user_id or channel_id"
+                )
+            rows = await self.store.load_owner("server", server_id)
+        else:
+            raise InvalidInput(
+                "filters",
+                None,
+                "at least one of server_id, channel_id or user_id (export_rows streams everything)",
+            )
+        found = [
+            r
+            for r in rows
+            if (kind is None or r.key.kind == kind)
+            and (server_id is None or r.meta.server_id == server_id)
+            and (channel_id is None or r.key.channel_id == channel_id)
+            and (persona_id is ... or r.key.persona_id == persona_id)
+        ]
+        found.sort(
+            key=lambda r: (r.key.kind, r.key.owner_id, r.key.channel_id, r.key.persona_id or "")
+        )
+        return found
+
+    def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
+        """Stream every durable row in batches of at most ``batch_rows`` (a backup of the
+        durable tier; crude messages are never durable, so they are not part of it)."""
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise InvalidInput("batch_rows", batch_rows, "a positive integer")
+        return self.store.iter_rows(batch_rows=batch_rows)
+
+    async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        """Write whole durable rows (a restore), all of them or none, and mirror them in the
+        hot tier. A stored row with the same key is replaced. User-scope rows of users whose
+        privacy setting forbids personal memory (partial or full) are left out. Returns the
+        rows written, as stored."""
+        if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+            raise InvalidInput("rows", rows, "a sequence of ScopeRow")
+        seen: set[tuple[str, str, str, str | None]] = set()
+        for i, row in enumerate(rows):
+            if not isinstance(row, ScopeRow):
+                raise InvalidInput(f"rows[{i}]", row, "a shortterm.store.base.ScopeRow")
+            if row.key.astuple in seen:
+                raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
+            seen.add(row.key.astuple)
+        await self._refresh_settings()
+        allowed = [
+            r
+            for r in rows
+            if r.key.kind == "server" or self._user(r.key.owner_id).privacy is Privacy.NONE
+        ]
+        written = await self.store.put_rows(allowed)
+        await self.cache.apply_rows(written, self.clock())
+        return written
+
     # -- edits ----------------------------------------------------------------------------
 
     def _clean_value(self, field: str, value: object) -> str:
@@ -388,14 +481,15 @@ class Memory:
 class _Opening:
     """``await shortterm.open(...)`` or ``async with shortterm.open(...) as memory``."""
 
-    def __init__(self, factory: Callable[[], Memory]) -> None:
+    def __init__(self, factory: Callable[[], Memory], *, hydrate: bool = True) -> None:
         self._factory = factory
+        self._hydrate = hydrate
         self._memory: Memory | None = None
 
     async def _open(self) -> Memory:
         memory = self._factory()
         try:
-            await memory._start()
+            await memory._start(hydrate=self._hydrate)
         except BaseException:
             await memory.close()
             raise
@@ -424,11 +518,14 @@ def open(
     *,
     config: Config | None = None,
     clock: Clock | None = None,
+    hydrate: bool = True,
 ) -> _Opening:
     """Open working memory: apply migrations and hydrate the rows still inside their TTL.
 
     ``store`` and ``cache`` are URLs (``sqlite:///shortterm.db``, ``memory://``,
     ``postgresql://…``, ``redis://…``) or backend objects you built yourself.
+    ``hydrate=False`` skips the bulk load: reads then go to the durable tier on a miss, so a
+    short-lived process (an admin command) costs what it touches, not the size of the store.
     """
     cfg = config if config is not None else Config()
     if not isinstance(cfg, Config):
@@ -436,10 +533,12 @@ def open(
     if clock is not None and not callable(clock):
         raise InvalidInput("clock", clock, "a callable returning epoch seconds")
     chosen_clock: Clock = clock if clock is not None else time.time
+    if not isinstance(hydrate, bool):
+        raise InvalidInput("hydrate", hydrate, "True or False")
 
     def factory() -> Memory:
         st = make_store(store) if isinstance(store, str) else store
         ca = make_cache(cache, cfg) if isinstance(cache, str) else cache
         return Memory(store=st, cache=ca, config=cfg, clock=chosen_clock)
 
-    return _Opening(factory)
+    return _Opening(factory, hydrate=hydrate)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from shortterm.model import Category, Privacy, ScopeKey, ServerSettings, UserSettings
-from shortterm.store.base import DistilledWrite, ScopeMeta
+from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from shortterm.text import clean_text
 from tests.support import T0, StoreFactory
 
@@ -263,3 +263,67 @@ async def test_migrate_is_idempotent(store_factory: StoreFactory) -> None:
     await store.touch([(S, GUILD)], increment=S, now=T0)
     await store.migrate()
     assert (await store.load(S)) is not None
+
+
+async def test_migrate_reports_what_it_applied(store_factory: StoreFactory) -> None:
+    store = await store_factory()  # migrated by the factory already
+    assert await store.migrate() == []
+
+
+async def test_load_channel_returns_every_scope_of_the_channel(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    in_c1 = [U, S, ScopeKey.user("u2", "c1"), ScopeKey.server("g1", "c1", "0")]
+    elsewhere = [ScopeKey.user("u1", "c2", "p1"), ScopeKey.server("c1", "c9")]
+    await store.touch([(k, GUILD) for k in in_c1 + elsewhere], increment=None, now=T0)
+    assert {r.key for r in await store.load_channel("c1")} == set(in_c1)
+    assert await store.load_channel("nowhere") == []
+
+
+async def test_iter_rows_streams_every_row_once(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    keys = [ScopeKey.server("g1", f"c{i}") for i in range(11)] + [U]
+    await store.touch([(k, GUILD) for k in keys], increment=None, now=T0)
+    await store.write_distilled([(S, GUILD)], SUMMARY, reset_counter=None, now=T0 + 1)
+    batches = [b async for b in store.iter_rows(batch_rows=4)]
+    assert all(1 <= len(b) <= 4 for b in batches)
+    got = [r.key for b in batches for r in b]
+    assert sorted(got, key=str) == sorted([*keys, S], key=str)
+    assert next(r for b in batches for r in b if r.key == S).summary == "we planned a hike"
+
+
+async def test_put_rows_writes_whole_rows_as_given(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    await store.touch([(S, GUILD)], increment=S, now=T0)
+    await store.write_distilled(
+        [(S, GUILD)], DistilledWrite(categories={"old": "x"}), reset_counter=None, now=T0 + 1
+    )
+    before = await store.load(S)
+    assert before is not None
+    meta = ScopeMeta(server_id="g1", channel_name="plans", private=True, parent_channel_id="c0")
+    imported = ScopeRow(
+        key=S,
+        meta=meta,
+        summary="restored summary",
+        summary_at=T0 - 50,
+        categories={"mood": "calm"},
+        categories_at=T0 - 40,
+        turns_since_refresh=4,
+        refresh_epoch=2,
+        updated_at=T0 - 30,
+    )
+    fresh = ScopeRow(key=ScopeKey.user("u9", "c9", "0"), meta=ScopeMeta(), updated_at=T0 - 5)
+    rows = await store.put_rows([imported, fresh])
+    assert [r.key for r in rows] == [S, fresh.key]
+    assert rows[0].revision > before.revision and rows[1].revision == 1
+    for got in (rows[0], await store.load(S)):
+        assert got is not None
+        assert got.meta == meta
+        assert (got.summary, got.summary_at) == ("restored summary", T0 - 50)
+        assert (dict(got.categories), got.categories_at) == ({"mood": "calm"}, T0 - 40)
+        assert (got.turns_since_refresh, got.refresh_epoch, got.updated_at) == (4, 2, T0 - 30)
+    loaded = await store.load(fresh.key)
+    assert loaded is not None and loaded.summary is None and dict(loaded.categories) == {}
+    assert loaded.key.persona_id == "0" and loaded.updated_at == T0 - 5
+    assert await store.put_rows([]) == []

@@ -64,8 +64,9 @@ class DistilledWrite:
 class Store(Protocol):
     """What the memory facade needs from a durable backend."""
 
-    async def migrate(self) -> None:
-        """Apply pending schema migrations, each in its own transaction."""
+    async def migrate(self) -> list[str]:
+        """Apply pending schema migrations, each in its own transaction; returns the names of
+        the ones applied now (``["0001_initial"]``), empty when the schema was up to date."""
 
     async def touch(
         self,
@@ -92,6 +93,19 @@ class Store(Protocol):
     async def load(self, key: ScopeKey) -> ScopeRow | None: ...
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]: ...
+
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]:
+        """Every row of one channel: all users, personas and both kinds (the channel index)."""
+
+    def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        """Stream every row, in batches of at most ``batch_rows`` (export). Each batch is its
+        own short query, so no transaction stays open while the caller works on one."""
+
+    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        """Write whole rows as given (import): metadata, values, their timestamps, the counter
+        and ``updated_at`` replace what is stored; ``revision`` grows past the stored one.
+        All rows or none, in one transaction. Keys must be distinct. Returns the rows as
+        stored, in order."""
 
     def iter_distilled(self, *, since: float, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         """Stream, in batches, the rows whose summary or categories were written after

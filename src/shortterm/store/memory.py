@@ -6,6 +6,7 @@ the conformance suite holds every other backend to.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -67,8 +68,8 @@ class MemoryStore:
         self._users: dict[str, tuple[UserSettings, float]] = {}
         self.closed = False
 
-    async def migrate(self) -> None:
-        return None
+    async def migrate(self) -> list[str]:
+        return []
 
     def _upsert(
         self,
@@ -166,6 +167,24 @@ class MemoryStore:
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         return [self._rows[t] for t in self._by_owner.get((kind, owner_id), ())]
+
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]:
+        return [self._rows[t] for t in self._by_channel.get(channel_id, ())]
+
+    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        rows = list(self._rows.values())
+        for start in range(0, len(rows), batch_rows):
+            yield rows[start : start + batch_rows]
+
+    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        out = []
+        for row in rows:
+            old = self._rows.get(row.key.astuple)
+            revision = old.revision + 1 if old is not None else 1
+            out.append(dataclasses.replace(row, categories=dict(row.categories), revision=revision))
+        for row in out:
+            self._store(row)
+        return out
 
     async def iter_distilled(
         self, *, since: float, batch_rows: int

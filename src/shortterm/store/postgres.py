@@ -99,6 +99,28 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
 RETURNING {_COLS}
 """
 
+# Import: the row as given replaces every stored value; only the revision is ours.
+_PUT = f"""
+INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
+    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
+    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
+    updated_at)
+VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
+    %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
+    %(private)s::boolean, %(lineage)s::text, %(summary)s::text, %(summary_at)s::float8,
+    %(categories)s::jsonb, %(categories_at)s::float8, %(turns)s::int, %(epoch)s::int, 1,
+    %(updated_at)s::float8, %(updated_at)s::float8)
+ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = excluded.server_id, server_name = excluded.server_name,
+    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
+    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
+    summary = excluded.summary, summary_at = excluded.summary_at,
+    categories = excluded.categories, categories_at = excluded.categories_at,
+    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
+    revision = s.revision + 1, updated_at = excluded.updated_at
+RETURNING {_COLS}
+"""
+
 _KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
 
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -189,6 +211,29 @@ def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]
     }
 
 
+def _put_params(row: ScopeRow) -> dict[str, Any]:
+    key, m = row.key, row.meta
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id,
+        "server_name": _clean(m.server_name),
+        "channel_name": _clean(m.channel_name),
+        "parent": m.parent_channel_id,
+        "private": m.private,
+        "lineage": m.persona_lineage_id,
+        "summary": _clean(row.summary),
+        "summary_at": row.summary_at,
+        "categories": _jsonb(dict(row.categories)),
+        "categories_at": row.categories_at,
+        "turns": row.turns_since_refresh,
+        "epoch": row.refresh_epoch,
+        "updated_at": row.updated_at,
+    }
+
+
 def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:
     return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
 
@@ -243,6 +288,7 @@ class PostgresStore:
         t = f'"{schema}".' if schema else ""
         self._t = t
         self._upsert = _UPSERT.format(t=t)
+        self._put = _PUT.format(t=t)
         self._multi: dict[int, str] = {}
         self._lock_name = f"shortterm.migrate:{schema or ''}"
 
@@ -349,10 +395,11 @@ class PostgresStore:
 
     # -- schema ---------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str]:
         """Apply pending migrations, each in one transaction with its ``schema_migrations``
         row. An advisory lock serializes processes migrating the same schema at once."""
         t = self._t
+        applied: list[str] = []
         async with self._conn("migration") as conn:
             async with conn.transaction():
                 await conn.execute(_LOCK, (self._lock_name,))
@@ -383,6 +430,8 @@ class PostgresStore:
                         f"INSERT INTO {t}schema_migrations (version, name) VALUES (%s, %s)",
                         (m.version, m.name),
                     )
+                applied.append(m.label)
+        return applied
 
     async def schema_version(self) -> int:
         async with self._conn("schema query") as conn:
@@ -446,6 +495,42 @@ class PostgresStore:
                 (kind, owner_id),
             )
             return [_row(r) for r in await cur.fetchall()]
+
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]:
+        async with self._conn("channel load") as conn:
+            cur = await conn.execute(
+                f"SELECT {_COLS} FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
+            )
+            return [_row(r) for r in await cur.fetchall()]
+
+    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        sql = f"SELECT id, {_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
+        last = 0
+        while True:
+            async with self._conn("export read") as conn:
+                cur = await conn.execute(sql, (last, batch_rows))
+                rows = await cur.fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [_row(r[1:]) for r in rows]
+            if len(rows) < batch_rows:
+                return
+
+    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        if not rows:
+            return []
+        params = [_put_params(row) for row in rows]
+        # One transaction; executemany pipelines the statements, so a batch costs about one
+        # round trip rather than one per row.
+        async with self._tx("row import") as conn, conn.cursor() as cur:
+            await cur.executemany(self._put, params, returning=True)
+            out = []
+            while True:
+                out.append(_row(_one(await cur.fetchone())))
+                if not cur.nextset():
+                    break
+        return out
 
     async def iter_distilled(
         self, *, since: float, batch_rows: int

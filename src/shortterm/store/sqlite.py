@@ -177,6 +177,49 @@ def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]
 
 _UNKNOWN_META = ScopeMeta()
 
+# Import: the row as given replaces every stored value; only the revision is ours.
+_PUT = f"""
+INSERT INTO scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
+    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
+    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
+    updated_at)
+VALUES (:kind, :owner, :channel, :persona, :server_id, :server_name, :channel_name, :parent,
+    :private, :lineage, :summary, :summary_at, :categories, :categories_at, :turns, :epoch, 1,
+    :updated_at, :updated_at)
+ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = excluded.server_id, server_name = excluded.server_name,
+    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
+    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
+    summary = excluded.summary, summary_at = excluded.summary_at,
+    categories = excluded.categories, categories_at = excluded.categories_at,
+    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
+    revision = s.revision + 1, updated_at = excluded.updated_at
+RETURNING {_COLS}
+"""
+
+
+def _put_params(row: ScopeRow) -> dict[str, Any]:
+    key, m = row.key, row.meta
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id,
+        "server_name": m.server_name,
+        "channel_name": m.channel_name,
+        "parent": m.parent_channel_id,
+        "private": int(m.private),
+        "lineage": m.persona_lineage_id,
+        "summary": row.summary,
+        "summary_at": row.summary_at,
+        "categories": json.dumps(dict(row.categories), ensure_ascii=False, sort_keys=True),
+        "categories_at": row.categories_at,
+        "turns": row.turns_since_refresh,
+        "epoch": row.refresh_epoch,
+        "updated_at": row.updated_at,
+    }
+
 
 def _path_from_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
@@ -256,13 +299,14 @@ class SQLiteStore:
 
     # -- schema ---------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
-        def run() -> None:
+    async def migrate(self) -> list[str]:
+        def run() -> list[str]:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             done = {v for (v,) in self._db.execute("SELECT version FROM schema_migrations")}
+            applied = []
             for m in migrations.load("sqlite"):
                 if m.version in done:
                     continue
@@ -273,8 +317,10 @@ class SQLiteStore:
                         "INSERT INTO schema_migrations VALUES (?, ?, datetime('now'))",
                         (m.version, m.name),
                     )
+                applied.append(m.label)
+            return applied
 
-        self._guard("migration", run)
+        return self._guard("migration", run)
 
     def schema_version(self) -> int:
         return self._guard(
@@ -391,6 +437,44 @@ class SQLiteStore:
             ],
         )
 
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]:
+        return self._guard(
+            "channel load",
+            lambda: [
+                _row(r)
+                for r in self._db.execute(
+                    f"SELECT {_COLS} FROM scopes WHERE channel_id = ?", (channel_id,)
+                )
+            ],
+        )
+
+    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        # Keyset pages by id: each page is one short read, so no read transaction stays open
+        # (and holds back WAL checkpoints) while the caller works on a batch.
+        sql = f"SELECT id, {_COLS} FROM scopes WHERE id > ? ORDER BY id LIMIT ?"
+        last = 0
+        while True:
+            page = self._fetch("export read", sql, (last, batch_rows))
+            if not page:
+                return
+            last = page[-1][0]
+            yield [_row(r[1:]) for r in page]
+            if len(page) < batch_rows:
+                return
+            await asyncio.sleep(0)
+
+    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        params = [_put_params(row) for row in rows]
+
+        def run() -> list[ScopeRow]:
+            with self._tx() as db:
+                pairs = zip(rows, params, strict=True)
+                return [_row(db.execute(_PUT, p).fetchone(), r.key) for r, p in pairs]
+
+        if not rows:
+            return []
+        return self._guard("row import", run)
+
     async def iter_distilled(
         self, *, since: float, batch_rows: int
     ) -> AsyncIterator[list[ScopeRow]]:
@@ -412,6 +496,9 @@ class SQLiteStore:
                 await asyncio.sleep(0)  # let the loop breathe between batches
         finally:
             cursor.close()
+
+    def _fetch(self, what: str, sql: str, args: Sequence[Any]) -> list[Any]:
+        return self._guard(what, lambda: self._db.execute(sql, args).fetchall())
 
     def _delete(self, what: str, sql: str, args: Sequence[Any]) -> int:
         return self._guard(what, lambda: self._db.execute(sql, args).rowcount)

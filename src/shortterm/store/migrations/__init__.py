@@ -18,6 +18,11 @@ class Migration:
     name: str
     statements: tuple[str, ...]
 
+    @property
+    def label(self) -> str:
+        """The file's name without ``.sql``: ``0001_initial``."""
+        return f"{self.version:04d}_{self.name}"
+
 
 def _split(script: str) -> tuple[str, ...]:
     """Split on semicolons that end a line; our migrations hold no procedural bodies."""
