@@ -7,9 +7,11 @@ does not own the memory: whoever opened it closes it (``shortterm serve`` does b
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import functools
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from .. import __version__
@@ -17,7 +19,7 @@ from ..memory import Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
 from .metrics import CONTENT_TYPE, Metrics
-from .middleware import BearerAuth, BodyLimit, RequestMetrics
+from .middleware import OPEN_PATHS, BearerAuth, BodyLimit, RequestMetrics
 from .schemas import (
     ID_PATTERN,
     CaptureIn,
@@ -95,10 +97,11 @@ def _entries_sorted(entries: list[Entry]) -> list[EntryOut]:
 
 def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings) -> APIRouter:
     router = APIRouter(prefix="/v1")
-    common = openapi_errors(401, 422, 503)
-    with_missing = openapi_errors(401, 404, 422, 503)
-    with_body = openapi_errors(401, 413, 422, 503)
-    with_body_missing = openapi_errors(401, 404, 413, 422, 503)
+    auth = (401,) if settings.token is not None else ()
+    common = openapi_errors(*auth, 422, 503)
+    with_missing = openapi_errors(*auth, 404, 422, 503)
+    with_body = openapi_errors(*auth, 413, 422, 503)
+    with_body_missing = openapi_errors(*auth, 404, 413, 422, 503)
 
     # -- turns -------------------------------------------------------------------------------
 
@@ -414,6 +417,45 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
     return router
 
 
+def _document(app: FastAPI, secured: bool) -> dict[str, Any]:
+    """The OpenAPI document, with each model's first example shown on its request and
+    response bodies, and the bearer scheme declared when a token is configured."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        tags=app.openapi_tags,
+    )
+    schemas = doc.get("components", {}).get("schemas", {})
+
+    def show_example(media: dict[str, Any]) -> None:
+        ref = media.get("schema", {}).get("$ref", "")
+        examples = schemas.get(ref.rsplit("/", 1)[-1], {}).get("examples")
+        if "example" not in media and "examples" not in media and examples:
+            media["example"] = examples[0]
+
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is not None:
+                show_example(body)
+            for status, response in operation["responses"].items():
+                media = response.get("content", {}).get("application/json")
+                if status.startswith("2") and media is not None:
+                    show_example(media)
+            if secured and path not in OPEN_PATHS:
+                operation["security"] = [{"bearer": []}]
+    if secured:
+        doc.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "SHORTTERM_TOKEN"}
+        }
+    app.openapi_schema = doc
+    return doc
+
+
 def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastAPI:
     """The sidecar for an open ``memory``. Refuses a non-loopback ``settings.host`` without
     a token (:class:`shortterm.ConfigError`)."""
@@ -432,7 +474,9 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         openapi_tags=TAGS,
         docs_url=None,  # the viewers load scripts from the internet; /openapi.json is enough
         redoc_url=None,
+        generate_unique_id_function=lambda route: route.name,
     )
+    app.openapi = functools.partial(_document, app, chosen.token is not None)  # type: ignore[method-assign]
     app.state.memory = memory
     app.state.turns = turns
     app.state.metrics = metrics
@@ -455,7 +499,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
                 "description": "Prometheus text exposition format.",
                 "content": {"text/plain": {"example": METRICS_EXAMPLE}},
             },
-            **openapi_errors(401),
+            **openapi_errors(*((401,) if chosen.token is not None else ())),
         },
     )
     async def prometheus() -> Response:
