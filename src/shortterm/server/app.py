@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Path, Query
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from .. import __version__
+from ..config import Config
+from ..errors import InvalidInput
 from ..memory import Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
@@ -95,8 +97,25 @@ def _entries_sorted(entries: list[Entry]) -> list[EntryOut]:
     return [EntryOut.of(e) for e in entries]
 
 
+async def _known_query(request: Request) -> None:
+    """Refuse query parameters a route does not take, and repeated ones: a misspelt
+    ``persona`` must not turn a delete of one persona's entry into another's."""
+    if not request.scope["query_string"]:
+        return
+    route = request.scope["route"]
+    allowed = {p.alias for p in route.dependant.query_params}
+    seen: set[str] = set()
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise InvalidInput(name, value, f"not a parameter of this route (it takes: {known})")
+        if name in seen:
+            raise InvalidInput(name, value, "a parameter given at most once")
+        seen.add(name)
+
+
 def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings) -> APIRouter:
-    router = APIRouter(prefix="/v1")
+    router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query)])
     auth = (401,) if settings.token is not None else ()
     common = openapi_errors(*auth, 422, 503)
     with_missing = openapi_errors(*auth, 404, 422, 503)
@@ -417,9 +436,10 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
     return router
 
 
-def _document(app: FastAPI, secured: bool) -> dict[str, Any]:
+def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
     """The OpenAPI document, with each model's first example shown on its request and
-    response bodies, and the bearer scheme declared when a token is configured."""
+    response bodies, the bounds this memory's configuration sets, and the bearer scheme
+    declared when a token is configured."""
     if app.openapi_schema is not None:
         return app.openapi_schema
     doc = get_openapi(
@@ -430,6 +450,9 @@ def _document(app: FastAPI, secured: bool) -> dict[str, Any]:
         tags=app.openapi_tags,
     )
     schemas = doc.get("components", {}).get("schemas", {})
+    server = schemas["ServerSettingsModel"]["properties"]
+    server["crude_message_count"]["maximum"] = config.max_messages
+    server["categories"]["maxItems"] = config.max_categories
 
     def show_example(media: dict[str, Any]) -> None:
         ref = media.get("schema", {}).get("$ref", "")
@@ -461,8 +484,6 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     a token (:class:`shortterm.ConfigError`)."""
     chosen = settings if settings is not None else SidecarSettings()
     if not isinstance(chosen, SidecarSettings):
-        from ..errors import InvalidInput
-
         raise InvalidInput("settings", settings, "a shortterm.server.SidecarSettings")
     chosen.check_exposure()
     turns = TurnRegistry(ttl_s=chosen.turn_ttl_s, max_turns=chosen.max_turns, clock=memory.clock)
@@ -476,7 +497,8 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         redoc_url=None,
         generate_unique_id_function=lambda route: route.name,
     )
-    app.openapi = functools.partial(_document, app, chosen.token is not None)  # type: ignore[method-assign]
+    secured = chosen.token is not None
+    app.openapi = functools.partial(_document, app, secured, memory.config)  # type: ignore[method-assign]
     app.state.memory = memory
     app.state.turns = turns
     app.state.metrics = metrics

@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import compile_path
 
 from ..errors import InvalidInput, ShortTermError, StoreUnavailable
 from .schemas import Problem
@@ -116,9 +117,29 @@ async def _http(request: Request, exc: Exception) -> Response:
         )
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    headers = exc.headers
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route {request.url.path!r} (see /openapi.json)"
-    return problem_response(exc.status_code, code, detail, headers=exc.headers)
+    elif exc.status_code == 405:
+        # The router names only the first route of the path; the answer lists them all.
+        allowed = _methods_for(request)
+        detail = f"{request.method} is not allowed here; use {', '.join(allowed)}"
+        headers = {"Allow": ", ".join(allowed)}
+    return problem_response(exc.status_code, code, detail, headers=headers)
+
+
+def _methods_for(request: Request) -> list[str]:
+    """The methods the OpenAPI document lists for the requested path."""
+    app = request.app
+    table = getattr(app.state, "allowed_methods", None)
+    if table is None:
+        table = [
+            (compile_path(template)[0], sorted(m.upper() for m in operations))
+            for template, operations in app.openapi()["paths"].items()
+        ]
+        app.state.allowed_methods = table
+    path = request.scope["path"]
+    return next((methods for regex, methods in table if regex.match(path)), [])
 
 
 async def _library(request: Request, exc: Exception) -> Response:

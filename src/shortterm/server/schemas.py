@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from .. import model as lib
 from ..context import Context, ContextItem
@@ -53,7 +53,33 @@ Id = Annotated[
 Text = Annotated[str, StringConstraints(strict=True)]
 Name = Annotated[str, StringConstraints(strict=True, max_length=1000)]
 NonBlank = Annotated[str, StringConstraints(strict=True, pattern=r"\S")]
-StrictInt = Annotated[int, Field(strict=True)]
+
+
+def _whole(value: object) -> object:
+    # JSON has one number type, and JSON Schema calls 5.0 an integer: take it as 5.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Integers in bounds; 5.0 counts, a JSON string or boolean does not. (The validator comes
+# after the bounds, so the document shows them as minimum and maximum.)
+_W = BeforeValidator(_whole)
+Cadence = Annotated[int, Field(strict=True, ge=1, le=100), _W]
+RawCount = Annotated[int, Field(strict=True, ge=1, le=1000), _W]
+Depth = Annotated[int, Field(strict=True, ge=0, le=20), _W]
+ContentDepth = Annotated[int, Field(strict=True, ge=-1, le=20), _W]
+Tokens = Annotated[int, Field(strict=True, ge=1, le=1_000_000), _W]
+
+
+def _slug_keys(schema: dict[str, Any]) -> None:
+    # pydantic writes a constrained key type as patternProperties, which leaves keys that do
+    # not match unconstrained; propertyNames says what is meant.
+    schema.pop("patternProperties", None)
+    schema["propertyNames"] = {"minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": ID_PATTERN}
+    schema["additionalProperties"] = {"type": "string"}
+
+
 StrictBool = Annotated[bool, Field(strict=True)]
 PrivacyName = Literal["none", "partial", "full"]
 Format = Literal["openai", "anthropic", "gemini", "mcp"]
@@ -109,7 +135,7 @@ class TurnStart(_In):
         None, description="The user's locale (intent phrase pack); null applies every pack."
     )
     tools_format: Format = Field("openai", description="How to render the tool definitions.")
-    max_tokens: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] | None = Field(
+    max_tokens: Tokens | None = Field(
         None, description="Bound the context items and the nudge to this many tokens."
     )
 
@@ -406,7 +432,8 @@ class SetCategoriesIn(_In):
     model_config = _examples({"categories": {"mood": "calm", "plans": "Hike on Saturday"}})
 
     categories: dict[Id, Text] = Field(
-        description="Category slug to text; replaces every value. A blank value is dropped."
+        description="Category slug to text; replaces every value. A blank value is dropped.",
+        json_schema_extra=_slug_keys,
     )
 
 
@@ -444,13 +471,11 @@ class ServerSettingsModel(_In):
 
     model_config = _examples(SERVER_SETTINGS_EXAMPLE)
 
-    refresh_cadence: Annotated[int, Field(strict=True, ge=1, le=100)] = 5
+    refresh_cadence: Cadence = 5
     render_mode: Literal["crude_summary", "supersede"] = "crude_summary"
-    crude_message_count: Annotated[int, Field(strict=True, ge=1, le=1000)] = Field(
-        6, description="At most the memory's max_messages."
-    )
-    nudge_depth: Annotated[int, Field(strict=True, ge=0, le=20)] = 2
-    content_depth: Annotated[int, Field(strict=True, ge=-1, le=20)] = -1
+    crude_message_count: RawCount = Field(6, description="At most the memory's max_messages.")
+    nudge_depth: Depth = 2
+    content_depth: ContentDepth = -1
     tool_description: Annotated[Text, StringConstraints(max_length=4000)] | None = None
     nudge_text: Annotated[Text, StringConstraints(max_length=4000)] | None = None
     categories: list[CategoryModel] = Field(
