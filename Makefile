@@ -12,10 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-run: $(STAMP)            ## the scripted demo on SQLite (./shortterm-demo.db)
-	$(BIN)/shortterm demo
+run: $(STAMP)            ## the HTTP sidecar on 127.0.0.1:8765, SQLite ./shortterm.db
+	$(BIN)/shortterm serve --quickstart
 
-demo: run
+demo: $(STAMP)           ## the scripted demo on SQLite (./shortterm-demo.db)
+	$(BIN)/shortterm demo
 
 test: $(STAMP)           ## the whole test suite
 	$(BIN)/python -m pytest

@@ -72,6 +72,8 @@ def serve(host: str | None, port: int | None, store: str, cache: str, quickstart
             quickstart=quickstart,
             echo=lambda line: click.echo(line, err=True),
         )
+    except KeyboardInterrupt:  # Ctrl-C: the server already shut down gracefully
+        pass
     except ShortTermError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

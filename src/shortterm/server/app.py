@@ -436,6 +436,19 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
     return router
 
 
+def _absent_is_null(parameter: dict[str, Any]) -> None:
+    """A query string cannot carry a JSON null: an optional parameter is simply omitted, so
+    the document gives its plain type instead of ``anyOf [type, null]``."""
+    schema = parameter.get("schema", {})
+    options = schema.get("anyOf")
+    if parameter.get("in") != "query" or not options:
+        return
+    kept = [o for o in options if o.get("type") != "null"]
+    if len(kept) == 1 and len(options) == 2:
+        del schema["anyOf"]
+        schema.update(kept[0])
+
+
 def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
     """The OpenAPI document, with each model's first example shown on its request and
     response bodies, the bounds this memory's configuration sets, and the bearer scheme
@@ -462,6 +475,8 @@ def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
 
     for path, operations in doc["paths"].items():
         for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                _absent_is_null(parameter)
             body = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if body is not None:
                 show_example(body)
