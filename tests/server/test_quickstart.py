@@ -95,3 +95,9 @@ async def test_the_readme_curl_works(base_url: str) -> None:
     body = json.loads(await bash(line.replace("http://127.0.0.1:8765", base_url)))
     assert len(body["turn_id"]) == 32
     assert body["tools"][0]["function"]["name"] == "update_short_term_memory"
+
+
+def test_the_documented_quickstart_is_the_printed_one() -> None:
+    doc = (ROOT / "docs" / "sidecar.md").read_text("utf-8")
+    block = doc.split("```bash\nTURN=", 1)[1].split("```", 1)[0]
+    assert ("TURN=" + block).strip().splitlines() == quickstart_lines()
