@@ -32,6 +32,7 @@ REDIS_URL    ?= redis://127.0.0.1:6379/0
 bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on demand)
 	$(BIN)/shortterm bench --output docs/benchmarks.md
 	$(BIN)/python benchmarks/bench_backends.py --postgres $(POSTGRES_URL) --redis $(REDIS_URL)
+	$(BIN)/python benchmarks/bench_sidecar.py --clients 1,4,16 --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*
