@@ -12,10 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-run: $(STAMP)            ## the scripted demo on SQLite (./shortterm-demo.db)
-	$(BIN)/shortterm demo
+run: $(STAMP)            ## the HTTP sidecar on 127.0.0.1:8765, SQLite ./shortterm.db
+	$(BIN)/shortterm serve --quickstart
 
-demo: run
+demo: $(STAMP)           ## the scripted demo on SQLite (./shortterm-demo.db)
+	$(BIN)/shortterm demo
 
 test: $(STAMP)           ## the whole test suite
 	$(BIN)/python -m pytest
@@ -33,6 +34,7 @@ bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on
 	$(BIN)/shortterm bench --output docs/benchmarks.md --json docs/benchmarks.json \
 		--plot docs/latency-vs-entries.png
 	$(BIN)/python benchmarks/bench_backends.py --postgres $(POSTGRES_URL) --redis $(REDIS_URL)
+	$(BIN)/python benchmarks/bench_sidecar.py --clients 1,4,16 --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*

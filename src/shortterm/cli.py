@@ -292,6 +292,51 @@ def demo(store: str, cache: str, keep: bool) -> None:
     _run(run_demo(store=store, cache=cache, fresh=not keep))
 
 
+@main.command()
+@click.option("--host", default=None, help="Address to listen on. [default: 127.0.0.1]")
+@click.option("--port", default=None, type=int, help="Port to listen on. [default: 8765]")
+@click.option(
+    "--store", default="sqlite:///shortterm.db", show_default=True, help="Durable tier URL."
+)
+@click.option("--cache", default="memory://", show_default=True, help="Hot tier URL.")
+@click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
+def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
+    """Run the HTTP sidecar (JSON under /v1, /healthz, /metrics, /openapi.json).
+
+    On an address other than loopback it refuses to start without SHORTTERM_TOKEN, and with a
+    token every route but /healthz needs 'Authorization: Bearer <token>'. SHORTTERM_HOST,
+    SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S, SHORTTERM_MAX_TURNS and
+    the library's SHORTTERM_* settings are read from the environment.
+
+    \b
+    Example: shortterm serve --quickstart --store sqlite:///bot.db
+    Off loopback: SHORTTERM_TOKEN=... shortterm serve --host 0.0.0.0
+    """
+    import os
+
+    from .config import Config
+
+    try:
+        from .server.run import run
+        from .server.settings import SidecarSettings
+
+        settings = SidecarSettings.from_env(os.environ, host=host, port=port)
+        settings.check_exposure()
+        run(
+            settings,
+            store=store,
+            cache=cache,
+            config=Config.from_env(os.environ),
+            quickstart=quickstart,
+            echo=lambda line: click.echo(line, err=True),
+        )
+    except KeyboardInterrupt:  # Ctrl-C: the server already shut down gracefully
+        pass
+    except ShortTermError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
 def _sizes(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",") if part.strip()]
 
