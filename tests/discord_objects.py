@@ -146,7 +146,8 @@ class World:
     """A bot that knows one guild (and can build DM channels)."""
 
     bot: commands.Bot
-    messages: int = field(default=0)
+    messages: int = 0
+    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def state(self) -> Any:
@@ -190,6 +191,7 @@ class World:
         message_type: int = 0,
         webhook: dict[str, Any] | None = None,
         flags: int = 0,
+        reply_to: discord.Message | None = None,
     ) -> discord.Message:
         """A MESSAGE_CREATE payload made into a ``discord.Message``; ``minutes`` after T0."""
         self.messages += 1
@@ -234,6 +236,15 @@ class World:
                 data["member"] = member(NICKS[author_id])
         if webhook is not None:
             data["webhook_id"] = webhook["id"]
+        if reply_to is not None:
+            data["type"] = 19
+            data["message_reference"] = {
+                "type": 0,
+                "message_id": str(reply_to.id),
+                "channel_id": str(reply_to.channel.id),
+            }
+            data["referenced_message"] = self.payloads[reply_to.id]
+        self.payloads[int(data["id"])] = data
         return discord.Message(state=self.state, channel=channel, data=data)  # type: ignore[arg-type]
 
     def interaction(
@@ -278,8 +289,12 @@ class World:
         return discord.Interaction(data=data, state=self.state)  # type: ignore[arg-type]
 
 
-def make_world() -> World:
-    bot = commands.Bot(command_prefix=commands.when_mentioned, intents=discord.Intents.default())
+def make_world(bot: commands.Bot | None = None) -> World:
+    """A bot (a fresh one, or the one given) that is ready as if it had logged in."""
+    if bot is None:
+        bot = commands.Bot(
+            command_prefix=commands.when_mentioned, intents=discord.Intents.default()
+        )
     state = bot._connection
     state.user = discord.ClientUser(state=state, data=USERS[BOT_ID])  # what login() sets
     state.parse_guild_create(guild_create())  # as the gateway delivers it
