@@ -148,9 +148,8 @@ def convert_message(
     if not content.strip():
         return None
     author = message.author
+    # A webhook's message is authored by the webhook itself (its id, the name it posted as).
     mine = author.id == bot_id or author.id in assistant_ids
-    if message.webhook_id is not None and message.webhook_id in assistant_ids:
-        mine = True
     return Message(
         "assistant" if mine else "user",
         content,
