@@ -7,6 +7,7 @@ The files are written here in the exporter's JSON shape (indented, header first,
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sqlite3
 import tempfile
@@ -686,3 +687,20 @@ async def test_through_redis_the_bot_process_sees_the_import(tmp_path: Path) -> 
             assert [m.content for m in entry.messages] == ["from the export"]
     finally:
         await clear_redis_prefix(redis_url, prefix)
+
+
+async def test_the_rich_progress_bar_shows_bytes_and_messages(
+    memory: shortterm.Memory, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from shortterm.integrations.exporter import progress_bar
+
+    path = write(tmp_path, export([message(i, ANA, "x" * 500) for i in range(300)]))
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    with progress_bar("export.json", console=console) as progress:
+        report = await import_export_file(memory, path, progress=progress)
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert report.messages_seen == 300
+    assert "export.json" in shown
+    assert "300 messages" in shown

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import heapq
 import json
 import os
@@ -63,6 +64,7 @@ __all__ = [
     "ImportProgress",
     "ImportReport",
     "import_export_file",
+    "progress_bar",
 ]
 
 _CHUNK_BYTES = 1 << 16
@@ -141,6 +143,44 @@ class ImportReport:
     process_local: bool  # the messages live in this process's hot tier only
     dry_run: bool = False
     reason: str | None = None
+
+
+@contextlib.contextmanager
+def progress_bar(
+    description: str = "importing", *, console: Any = None
+) -> Iterator[Callable[[ImportProgress], None]]:
+    """A rich progress bar (bytes, rate, time left) as a ``progress`` callback::
+
+        with progress_bar("general.json") as progress:
+            report = await import_export_file(memory, path, progress=progress)
+
+    ``console`` is a ``rich.console.Console`` (default: standard error).
+    """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[messages]} messages"),
+    )
+    with Progress(*columns, console=console or Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(description, total=None, messages=0)
+
+        def update(p: ImportProgress) -> None:
+            bar.update(task, completed=p.bytes_read, total=p.bytes_total, messages=p.messages_seen)
+
+        yield update
 
 
 # -- reading ---------------------------------------------------------------------------------
