@@ -704,3 +704,28 @@ async def test_the_rich_progress_bar_shows_bytes_and_messages(
     assert report.messages_seen == 300
     assert "export.json" in shown
     assert "300 messages" in shown
+
+
+def test_the_cli_imports_a_discord_export_and_refuses_a_broken_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shortterm.cli import main
+
+    authors = list(AUTHORS)
+    good = write(
+        tmp_path, export([message(i, authors[i % len(authors)], f"hi {i}") for i in range(5)])
+    )
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = CliRunner().invoke(
+        main, ["import", str(good), "--format", "discord", "--store", store]
+    )
+    assert result.exit_code == 0, result.output
+    assert "imported 5 message(s) into #general" in result.output
+    assert "gone when it exits" in result.output  # the in-process tier warning
+
+    broken = write(tmp_path, {"guild": {"id": GUILD}, "messages": "nope"}, name="bad.json")
+    result = CliRunner().invoke(
+        main, ["import", str(broken), "--format", "discord", "--store", store]
+    )
+    assert result.exit_code == 2, result.output
+    assert "bad.json" in result.output

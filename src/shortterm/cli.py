@@ -787,10 +787,58 @@ class ImportOutcome(Protocol):
     def describe(self) -> list[str]: ...
 
 
+class _DiscordOutcome:
+    def __init__(self, report: Any) -> None:
+        self.report = report
+
+    def describe(self) -> list[str]:
+        r = self.report
+        if r.key is None:
+            return [f"nothing imported from {r.file}: {r.reason}"]
+        verb = "would import" if r.dry_run else "imported"
+        lines = [
+            f"{verb} {r.imported} message(s) into #{r.channel_name or r.channel_id} "
+            f"({r.messages_kept} kept; skipped {r.skipped_system} system, "
+            f"{r.skipped_empty} empty, {r.skipped_private} by full-privacy authors)"
+        ]
+        if r.process_local and not r.dry_run:
+            lines.append(
+                "warning: the messages went into this command's in-process hot tier and are "
+                "gone when it exits; import into a shared cache with --cache redis://..."
+            )
+        return lines
+
+
+class _BytesRead:
+    """The exporter reports bytes read so far; the bar wants increments."""
+
+    def __init__(self, progress: Progress, name: str) -> None:
+        self.progress, self.name, self.done = progress, name, -1
+
+    def update(self, step: Any) -> None:
+        if self.done < 0:
+            self.progress.start(self.name, step.bytes_total or None, unit="bytes")
+            self.done = 0
+        self.progress.advance(step.bytes_read - self.done)
+        self.done = step.bytes_read
+
+
+async def _import_discord(
+    memory: Memory, source: Any, dry_run: bool, progress: Progress
+) -> ImportOutcome:
+    from .integrations.exporter import import_export_file
+
+    if not isinstance(source, str):
+        raise click.UsageError("a DiscordChatExporter import reads a file, not standard input")
+    bar = _BytesRead(progress, source)
+    result = await import_export_file(memory, source, progress=bar.update, dry_run=dry_run)
+    return _DiscordOutcome(result)
+
+
 # Import formats by name: each reads SOURCE (a path, or stdin's binary stream) into memory,
 # with `dry_run` writing nothing, and returns what it did (lines to print). Others register here.
 Importer = Callable[["Memory", Any, bool, "Progress"], Coroutine[Any, Any, ImportOutcome]]
-IMPORT_FORMATS: dict[str, Importer] = {"jsonl": _import_jsonl}
+IMPORT_FORMATS: dict[str, Importer] = {"jsonl": _import_jsonl, "discord": _import_discord}
 
 
 @main.command("import")
