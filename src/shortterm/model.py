@@ -270,8 +270,8 @@ def _check_time(name: str, value: object) -> None:
 
 
 def _ids(name: str, values: Iterable[str]) -> frozenset[str]:
-    if isinstance(values, str):
-        raise InvalidInput(name, values, "a collection of ids, not one string")
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidInput(name, values, "a collection of ids (a set or list of strings)")
     return frozenset(check_id(name, v) for v in values)
 
 
@@ -305,6 +305,8 @@ class ServerSettings:
             if isinstance(value, str):
                 # A blank override means "use the default", as in a settings form.
                 object.__setattr__(self, name, clean_text(value) if value.strip() else None)
+        if isinstance(self.categories, str) or not isinstance(self.categories, Iterable):
+            raise InvalidInput("categories", self.categories, "a sequence of shortterm.Category")
         cats = tuple(self.categories)
         if not all(isinstance(c, Category) for c in cats):
             raise InvalidInput("categories", self.categories, "a sequence of shortterm.Category")

@@ -29,6 +29,9 @@ Owner = tuple[str, str]
 _RECORD_BYTES = 600
 _MESSAGE_BYTES = 260
 _INF = float("inf")
+# Owners tracked for completeness, beyond one per cached entry: enough for a burst of new
+# users, without letting a flood of distinct owners grow memory past the tier's ceilings.
+_OWNER_SLACK = 1024
 _author = attrgetter("author_id")
 _content = attrgetter("content")
 
@@ -96,6 +99,8 @@ class InProcessCache:
         self._incomplete: set[Owner] = set()
         self._complete = False  # a miss needs no durable read
         self._owners_ok = False  # owners not in _incomplete are complete
+        # Otherwise only the owners re-read since are, least recently marked dropped first.
+        self._complete_owners: OrderedDict[Owner, None] = OrderedDict()
         self._bytes = 0
         self._counts = dict.fromkeys(
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations"), 0
@@ -189,8 +194,17 @@ class InProcessCache:
         self._bytes -= rec.size
         self._counts[reason] += 1
         if reason == "evictions":
-            self._incomplete.add((kt[0], kt[1]))
+            owner = (kt[0], kt[1])
             self._complete = False
+            if not self._owners_ok:
+                self._complete_owners.pop(owner, None)
+            elif len(self._incomplete) < len(self._entries) + _OWNER_SLACK:
+                self._incomplete.add(owner)
+            else:
+                # Remembering every evicted owner would grow without bound under a flood of
+                # distinct owners; forget them all and trust only owners re-read from now on.
+                self._owners_ok = False
+                self._incomplete.clear()
 
     def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
         # The authors are recomputed from the messages rather than kept beside them: a set
@@ -356,10 +370,22 @@ class InProcessCache:
         for kt in expired:
             self._remove(kt, "expirations")
         self._counts["hits"] += len(out)
-        return out, self._complete or (self._owners_ok and owner not in self._incomplete)
+        if self._complete:
+            return out, True
+        if self._owners_ok:
+            return out, owner not in self._incomplete
+        return out, owner in self._complete_owners
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
-        self._incomplete.discard((kind, owner_id))
+        owner = (kind, owner_id)
+        if self._owners_ok:
+            self._incomplete.discard(owner)
+            return
+        complete = self._complete_owners
+        complete[owner] = None
+        complete.move_to_end(owner)
+        if len(complete) > len(self._entries) + _OWNER_SLACK:
+            complete.popitem(last=False)  # that owner is simply re-read once more
 
     async def delete(self, key: ScopeKey) -> bool:
         kt = key.astuple
@@ -408,6 +434,7 @@ class InProcessCache:
         # After a full hydration every owner is complete too, until something is evicted.
         self._complete = value
         self._owners_ok = value
+        self._complete_owners.clear()
         if value:
             self._incomplete.clear()
 
@@ -420,6 +447,8 @@ class InProcessCache:
         self._by_channel.clear()
         self._by_author.clear()
         self._heap.clear()
+        self._incomplete.clear()
+        self._complete_owners.clear()
         self._bytes = 0
 
 

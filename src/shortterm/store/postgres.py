@@ -13,9 +13,18 @@ PostgreSQL refuses NUL in ``text`` and ``jsonb``: every string is passed through
 A dropped connection fails the operation in flight with ``StoreUnavailable`` (it is never
 retried: a write whose commit was not confirmed must not be applied twice); the pool then
 checks its idle connections so the next operation gets a working one once the server is back.
+A server that stops answering without closing the connection (a partition, a stalled host)
+would leave libpq waiting forever, so every operation, from getting a connection to reading
+the result, is bounded by ``operation_timeout_s`` and then fails with ``StoreUnavailable``. A
+query cut off in flight makes psycopg try to cancel it on the server first, which can add up
+to 10 s before the connection is given up. The pool retries a failed connection for at most
+``pool_reconnect_timeout_s`` (default 2 s, psycopg's own default is 5 minutes of growing
+back-off), after which the next operation starts a fresh attempt: so once the server is back,
+operations succeed again within that delay instead of waiting out the back-off.
 
 URL options (removed before the URL reaches libpq): ``schema`` (tables live in that schema,
-created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s``. Standard libpq
+created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s`` (default 30),
+``pool_reconnect_timeout_s`` (default 2), ``operation_timeout_s`` (default 30). Standard libpq
 options such as ``application_name`` or ``connect_timeout`` pass through.
 """
 
@@ -45,7 +54,14 @@ Pool: TypeAlias = "AsyncConnectionPool[psycopg.AsyncConnection[Any]]"
 Conn: TypeAlias = "psycopg.AsyncConnection[Any]"
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
-_OWN_OPTIONS = ("schema", "pool_min_size", "pool_max_size", "pool_timeout_s")
+_OWN_OPTIONS = (
+    "schema",
+    "pool_min_size",
+    "pool_max_size",
+    "pool_timeout_s",
+    "pool_reconnect_timeout_s",
+    "operation_timeout_s",
+)
 
 _COLS = (
     "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
@@ -253,6 +269,16 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(theirs))), ours
 
 
+def _seconds_option(options: Mapping[str, str], name: str, default: float, url: str) -> float:
+    try:
+        value = float(options.get(name, default))
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{name} in {url!r} must be a positive number of seconds")
+    return value
+
+
 def _int_option(options: Mapping[str, str], name: str, default: int, url: str) -> int:
     raw = options.get(name)
     if raw is None:
@@ -274,7 +300,18 @@ class PostgresStore:
     one database without seeing each other.
     """
 
-    def __init__(self, pool: Pool, *, schema: str | None = None, owns_pool: bool = False) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str | None = None,
+        owns_pool: bool = False,
+        operation_timeout_s: float = 30.0,
+    ) -> None:
+        if not 0 < operation_timeout_s < float("inf"):
+            raise ConfigError(
+                f"operation_timeout_s={operation_timeout_s!r} must be a positive number of seconds"
+            )
         if schema is not None and not _SCHEMA_NAME.match(schema):
             raise ConfigError(
                 f"schema={schema!r}: use 1-63 letters, digits or underscores, not starting "
@@ -282,6 +319,7 @@ class PostgresStore:
             )
         self.pool = pool
         self.schema = schema
+        self.operation_timeout_s = operation_timeout_s
         self._owns_pool = owns_pool
         self._opened = False
         self._closed = False
@@ -301,12 +339,9 @@ class PostgresStore:
         conninfo, options = _split_url(url)
         min_size = _int_option(options, "pool_min_size", 1, url)
         max_size = max(min_size, _int_option(options, "pool_max_size", 10, url))
-        try:
-            timeout_s = float(options.get("pool_timeout_s", "30"))
-        except ValueError:
-            timeout_s = -1.0
-        if not 0 < timeout_s < float("inf"):
-            raise ConfigError(f"pool_timeout_s in {url!r} must be a positive number of seconds")
+        timeout_s = _seconds_option(options, "pool_timeout_s", 30.0, url)
+        reconnect_s = _seconds_option(options, "pool_reconnect_timeout_s", 2.0, url)
+        operation_timeout_s = _seconds_option(options, "operation_timeout_s", 30.0, url)
         if "application_name=" not in conninfo:
             conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
         pool: Pool = AsyncConnectionPool(
@@ -315,10 +350,16 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             timeout=timeout_s,
+            reconnect_timeout=reconnect_s,
             open=False,
             name="shortterm",
         )
-        return cls(pool, schema=schema or options.get("schema") or None, owns_pool=True)
+        return cls(
+            pool,
+            schema=schema or options.get("schema") or None,
+            owns_pool=True,
+            operation_timeout_s=operation_timeout_s,
+        )
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -327,11 +368,19 @@ class PostgresStore:
         if self._closed:
             raise StoreUnavailable("PostgreSQL store is closed")
         try:
-            if not self._opened and self._owns_pool:
-                await self.pool.open(wait=True, timeout=self.pool.timeout)
-                self._opened = True
-            async with self.pool.connection() as conn:
-                yield conn
+            # The bound covers the caller's statements too: they run while we are suspended
+            # at the yield, in the same task.
+            async with asyncio.timeout(self.operation_timeout_s):
+                if not self._opened and self._owns_pool:
+                    await self.pool.open(wait=True, timeout=self.pool.timeout)
+                    self._opened = True
+                async with self.pool.connection() as conn:
+                    yield conn
+        except TimeoutError as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL {what} got no answer within {self.operation_timeout_s:g} s "
+                "(operation_timeout_s)"
+            ) from exc
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 await self._recheck()
