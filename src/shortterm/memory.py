@@ -226,11 +226,16 @@ class Memory:
         check_id("user_id", user_id)
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
+        full = settings.privacy is Privacy.FULL
+        if full:
+            # Choosing full privacy forgets what was already kept, not just what comes next.
+            # Purge before saving the choice, so a crash in between never leaves a stored FULL
+            # setting beside rows it promised were gone (the call was not acknowledged then).
+            await self.clear_user(user_id)
         await self.store.save_user_settings(user_id, settings, now=self.clock())
         self._remember_users({user_id: settings})
-        if settings.privacy is Privacy.FULL:
-            # Choosing full privacy forgets what was already kept, not just what comes next.
-            await self.clear_user(user_id)
+        if full:
+            await self.clear_user(user_id)  # anything captured while the choice was in flight
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)
