@@ -108,12 +108,17 @@ _TOUCH_BY_ROWS = {n: _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n)) for n in (1
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
 
 
-def _row(r: Sequence[Any], key: ScopeKey | None = None) -> ScopeRow:
+_NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
+
+
+def _row(
+    r: Sequence[Any], key: ScopeKey | None = None, meta: ScopeMeta | None = None
+) -> ScopeRow:
     """A row from its columns. Keys read back from our own table were validated when they
     were written; positional construction because hydration builds a million of these."""
     return ScopeRow(
         key if key is not None else ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
-        ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
+        meta if meta is not None else ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
         r[10],
         r[11],
         json.loads(r[12]) if r[12] != "{}" else _NO_CATEGORIES,
@@ -123,9 +128,6 @@ def _row(r: Sequence[Any], key: ScopeKey | None = None) -> ScopeRow:
         r[16],
         r[17],
     )
-
-
-_NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
 def _hydration_row(r: Sequence[Any], metas: dict[tuple[Any, ...], ScopeMeta]) -> ScopeRow:
@@ -137,18 +139,7 @@ def _hydration_row(r: Sequence[Any], metas: dict[tuple[Any, ...], ScopeMeta]) ->
         if len(metas) > 65536:
             metas.clear()
         meta = metas[parts] = ScopeMeta(*parts)
-    return ScopeRow(
-        ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
-        meta,
-        r[10],
-        r[11],
-        json.loads(r[12]) if r[12] != "{}" else _NO_CATEGORIES,
-        r[13],
-        r[14],
-        r[15],
-        r[16],
-        r[17],
-    )
+    return _row(r, meta=meta)
 
 
 def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
