@@ -21,7 +21,8 @@ from ..memory import Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
 from .metrics import CONTENT_TYPE, Metrics
-from .middleware import OPEN_PATHS, BearerAuth, BodyLimit, RequestMetrics
+from .inspector import build_inspector
+from .middleware import OPEN_PATHS, BearerAuth, BodyLimit, BrowserGuard, RequestMetrics
 from .schemas import (
     ID_PATTERN,
     CaptureIn,
@@ -197,7 +198,7 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
             if (channel_id is None or e.key.channel_id == channel_id)
             and (persona_id is None or e.key.persona_id == persona_id)
         ]
-        return EntriesOut(entries=_entries_sorted(picked))
+        return EntriesOut(entries=_entries_sorted(picked), now=memory.clock())
 
     async def one(key: ScopeKey) -> EntryOut:
         entry = await memory.get(key)
@@ -519,6 +520,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.state.metrics = metrics
     app.state.settings = chosen
     app.include_router(_build_router(memory, turns, chosen))
+    app.include_router(build_inspector())
 
     @app.get("/healthz", tags=["service"], summary="Liveness")
     async def healthz() -> HealthOut:
@@ -545,8 +547,10 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     install_error_handlers(app)
-    # Added innermost first: metrics see every answer, auth runs before any body is read.
+    # Added innermost first: metrics see every answer; the browser guard and auth run before
+    # any body is read.
     app.add_middleware(BodyLimit, max_bytes=chosen.max_body_bytes)
     app.add_middleware(BearerAuth, token=chosen.token)
+    app.add_middleware(BrowserGuard, token=chosen.token)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app

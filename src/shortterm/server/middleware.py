@@ -1,4 +1,5 @@
-"""Pure ASGI middleware, outermost first: request metrics, bearer auth, the body limit.
+"""Pure ASGI middleware, outermost first: request metrics, the browser guard, bearer auth, the
+body limit.
 
 They run before routing and before any body is read, so an unauthenticated or oversized
 request costs neither a route lookup nor a buffered body.
@@ -14,13 +15,16 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import problem_response
+from .settings import is_loopback
 
 if TYPE_CHECKING:
     from .metrics import Metrics
 
-__all__ = ["BearerAuth", "BodyLimit", "BodyTooLarge", "RequestMetrics"]
+__all__ = ["BearerAuth", "BodyLimit", "BodyTooLarge", "BrowserGuard", "RequestMetrics"]
 
-OPEN_PATHS = frozenset({"/healthz"})
+# Served without a token: liveness, and the inspector's static files (they hold no memory; the
+# page reads everything through /v1 with the token, see inspector.py).
+OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/app.css"})
 
 
 class RequestMetrics:
@@ -50,6 +54,58 @@ class RequestMetrics:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             self.metrics.observe(template, scope["method"], status, time.perf_counter() - started)
+
+
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return bytes(value)
+    return None
+
+
+def _loopback_host(host: bytes) -> bool:
+    """``127.0.0.1:8765``, ``localhost``, ``[::1]:8765`` and the like; not ``127.0.0.1.evil``."""
+    text = host.decode("latin-1")
+    name = text if text.endswith("]") else text.rpartition(":")[0] or text
+    return is_loopback(name)
+
+
+class BrowserGuard:
+    """Refuses what another web site can make a browser send to the sidecar.
+
+    Bots and scripts send neither ``Origin`` nor ``Sec-Fetch-Site``; browsers do. A request that
+    a page of another origin started (``Sec-Fetch-Site: cross-site`` or ``same-site``, or an
+    ``Origin`` that is not this host) is refused, so a site the operator visits cannot post a
+    form to ``/v1/janitor`` or read memory with a script. Without a token the sidecar listens on
+    loopback only, and then only a loopback ``Host`` is served: a DNS-rebinding page, whose
+    requests carry its own host name, gets nothing either.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+        self.app = app
+        self.check_host = token is None
+
+    def _refusal(self, scope: Scope) -> str | None:
+        host = _header(scope, b"host") or b""
+        if self.check_host and not _loopback_host(host):
+            return "without a token only a loopback Host (127.0.0.1, localhost, [::1]) is served"
+        site = _header(scope, b"sec-fetch-site")
+        if site is not None and site not in (b"same-origin", b"none"):
+            return "requests started by a page of another site are refused"
+        origin = _header(scope, b"origin")
+        if origin is not None and origin.split(b"://", 1)[-1] != host:
+            return "requests from another origin are refused"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The open paths hold no memory: a link from another site to the inspector still works.
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            reason = self._refusal(scope)
+            if reason is not None:
+                response = problem_response(403, "forbidden", reason)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BearerAuth:

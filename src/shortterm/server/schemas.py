@@ -409,9 +409,13 @@ class EntryOut(BaseModel):
 
 
 class EntriesOut(BaseModel):
-    model_config = _examples({"entries": [ENTRY_EXAMPLE]})
+    """Live entries, and the memory's clock when they were read: ages shown to a person are
+    ``now - at``, whatever the reader's own clock says."""
+
+    model_config = _examples({"entries": [ENTRY_EXAMPLE], "now": 1800000300.0})
 
     entries: list[EntryOut]
+    now: float
 
 
 class EntryResult(BaseModel):
