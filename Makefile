@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run demo test lint bench clean
+.PHONY: run demo test browser lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,22 @@ run: $(STAMP)            ## the HTTP sidecar on 127.0.0.1:8765, SQLite ./shortte
 demo: $(STAMP)           ## the scripted demo on SQLite (./shortterm-demo.db)
 	$(BIN)/shortterm demo
 
-test: $(STAMP)           ## the whole test suite
+test: $(STAMP) browser   ## the whole test suite
 	$(BIN)/python -m pytest
+
+# The inspector's tests drive a real browser: Debian's Chromium (not a downloaded one).
+CHROMIUM ?= /usr/bin/chromium
+APT      := DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+
+browser:                 ## Debian's Chromium for the browser tests, installed when missing (as root)
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		$(APT) || { apt-get update -q >/dev/null && $(APT); } \
+		|| echo "could not install chromium: the browser tests will skip or fail"; \
+	else \
+		echo "no Chromium at $(CHROMIUM): the browser tests skip (apt-get install chromium)"; \
+	fi
 
 lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff check src tests
