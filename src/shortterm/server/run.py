@@ -88,6 +88,7 @@ def run(
 
     def started(url: str) -> None:
         echo(f"shortterm sidecar listening on {url} (store {store}, cache {cache})")
+        echo(f"web inspector: {url}/ui/")
         if quickstart:
             echo("Try it:")
             for line in quickstart_lines(url, token=settings.token is not None):
