@@ -111,9 +111,7 @@ _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_
 _NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
-def _row(
-    r: Sequence[Any], key: ScopeKey | None = None, meta: ScopeMeta | None = None
-) -> ScopeRow:
+def _row(r: Sequence[Any], key: ScopeKey | None = None, meta: ScopeMeta | None = None) -> ScopeRow:
     """A row from its columns. Keys read back from our own table were validated when they
     were written; positional construction because hydration builds a million of these."""
     return ScopeRow(
