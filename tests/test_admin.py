@@ -79,6 +79,56 @@ async def test_find_rows_refuses_what_it_cannot_answer_cheaply(
     assert caught.value.field == field
 
 
+async def test_servers_lists_servers_with_shared_rows(memory: shortterm.Memory) -> None:
+    [g1] = await memory.servers()
+    assert (g1.server_id, g1.server_name, g1.entries) == ("g1", None, 3)  # no name was given
+    for server, name in [("g0", "Zero"), ("g2", "Two"), ("g3", None)]:
+        turn = memory.turn(user_id="u9", channel_id="c9", server_id=server, server_name=name)
+        await turn.capture(history=[Message("user", "hi", author_id="u9")], replies=[Reply("yo")])
+    listed = await memory.servers()
+    assert [(s.server_id, s.server_name) for s in listed] == [
+        ("g0", "Zero"),
+        ("g1", None),
+        ("g2", "Two"),
+        ("g3", None),
+    ]
+    assert all(isinstance(s, shortterm.ServerSummary) for s in listed)
+    assert await memory.servers(limit=2) == listed[:2]
+    assert await memory.servers(after="g1", limit=1) == listed[2:3]
+    assert await memory.servers(after="g3") == []
+    await memory.clear_server_channel("g2", "c9", None)
+    assert [s.server_id for s in await memory.servers(after="g1")] == ["g3"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"limit": -1}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"limit": 10.0}, "limit"),
+        ({"limit": "10"}, "limit"),
+        ({"limit": None}, "limit"),
+        ({"after": ""}, "after"),
+        ({"after": 333}, "after"),
+        ({"after": "a\x00b"}, "after"),
+        ({"after": "x" * 257}, "after"),
+    ],
+)
+async def test_servers_checks_its_input(
+    memory: shortterm.Memory, arguments: dict[str, object], field: str
+) -> None:
+    with pytest.raises(shortterm.InvalidInput) as caught:
+        await memory.servers(**arguments)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+async def test_servers_takes_the_bounds_of_a_page(memory: shortterm.Memory) -> None:
+    assert len(await memory.servers(limit=1)) == len(await memory.servers(limit=1000)) == 1
+    assert await memory.servers(after="x" * 256) == []
+
+
 async def test_opening_without_hydration_reads_through(memory: shortterm.Memory) -> None:
     assert memory.stats()["hydrated_rows"] == 0
     entry = await memory.get(ScopeKey.server("g1", "c1"))

@@ -22,6 +22,7 @@ from .model import (
     ServerSettings,
     UserSettings,
 )
+from .store.base import ServerSummary
 from .tool import ToolResult
 from .turn import Turn
 
@@ -42,6 +43,7 @@ __all__ = [
     "Reply",
     "ScopeKey",
     "ServerSettings",
+    "ServerSummary",
     "ShortTermError",
     "StoreUnavailable",
     "ToolResult",

@@ -31,7 +31,7 @@ from .model import (
     check_id,
     check_optional_id,
 )
-from .store.base import DistilledWrite, ScopeMeta, ScopeRow, Store
+from .store.base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, Store
 from .text import clean_text, truncate
 from .tool.slug import slugify
 from .turn import Turn
@@ -45,6 +45,7 @@ Clock = Callable[[], float]
 _DEFAULT_SERVER = ServerSettings()
 _DEFAULT_USER = UserSettings()
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
+MAX_SERVERS_PAGE = 1000
 
 
 class Memory:
@@ -349,6 +350,25 @@ class Memory:
             key=lambda r: (r.key.kind, r.key.owner_id, r.key.channel_id, r.key.persona_id or "")
         )
         return found
+
+    async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
+        """The servers that have durable shared (server-scope) rows, by id ascending: the
+        first ``limit`` (1-1000) whose id sorts after ``after``. Pass the last id of a full
+        page as ``after`` to get the next page. Each comes with its row count, the newest
+        ``updated_at`` of those rows and its name (from the most recently updated row that
+        knows one; ``None`` if none does). One indexed range per page: the cost follows the
+        page, never the size of the store. Ids sort by code point (PostgreSQL: in the
+        database's collation). Servers whose only rows are users' personal scopes are not
+        listed (user scopes are indexed by user and channel, not by server).
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_SERVERS_PAGE
+        ):
+            raise InvalidInput("limit", limit, f"an integer from 1 to {MAX_SERVERS_PAGE}")
+        check_optional_id("after", after)
+        return await self.store.list_servers(after=after, limit=limit)
 
     def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
         """Stream every durable row in batches of at most ``batch_rows`` (a backup of the

@@ -327,3 +327,102 @@ async def test_put_rows_writes_whole_rows_as_given(store_factory: StoreFactory) 
     assert loaded is not None and loaded.summary is None and dict(loaded.categories) == {}
     assert loaded.key.persona_id == "0" and loaded.updated_at == T0 - 5
     assert await store.put_rows([]) == []
+
+
+def named(server_id: str, name: str | None) -> ScopeMeta:
+    return ScopeMeta(server_id=server_id, server_name=name, channel_name="general")
+
+
+async def test_list_servers_pages_by_id_and_counts_server_rows(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    assert await store.list_servers(after=None, limit=10) == []
+    # "g10" sorts between "g1" and "g2": ids are strings, not numbers.
+    for n, key in enumerate(
+        [
+            ScopeKey.server("g2", "c1"),
+            ScopeKey.server("g10", "c1"),
+            ScopeKey.server("g2", "c2", "p1"),
+            ScopeKey.server("g1", "c1"),
+            ScopeKey.server("g2", "c1", "0"),
+        ]
+    ):
+        await store.touch([(key, named(key.owner_id, "Guild"))], increment=key, now=T0 + n)
+    # User scopes are not servers, whatever their owner id or metadata says.
+    for owner in ("g0", "g3", "u1"):
+        user_key = ScopeKey.user(owner, "c1")
+        await store.touch([(user_key, named("g9", "Other"))], increment=None, now=T0 + 50)
+
+    listed = await store.list_servers(after=None, limit=10)
+    assert [s.server_id for s in listed] == ["g1", "g10", "g2"]
+    assert [s.entries for s in listed] == [1, 1, 3]
+    assert [s.updated_at for s in listed] == [T0 + 3, T0 + 1, T0 + 4]
+    assert all(s.server_name == "Guild" for s in listed)
+
+    ids = lambda page: [s.server_id for s in page]  # noqa: E731
+    assert ids(await store.list_servers(after=None, limit=2)) == ["g1", "g10"]
+    assert ids(await store.list_servers(after="g10", limit=2)) == ["g2"]
+    assert ids(await store.list_servers(after="g1", limit=1)) == ["g10"]
+    assert ids(await store.list_servers(after="g15", limit=10)) == ["g2"]  # not a stored id
+    assert ids(await store.list_servers(after="a", limit=10)) == ["g1", "g10", "g2"]
+    assert await store.list_servers(after="g2", limit=10) == []
+    walked, after = [], None
+    while page := await store.list_servers(after=after, limit=1):
+        walked += page
+        after = page[-1].server_id
+    assert walked == listed
+
+
+async def test_list_servers_names_a_server_by_its_latest_named_row(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    old, new, bare = (ScopeKey.server("g1", c) for c in ("c1", "c2", "c3"))
+    await store.touch([(old, named("g1", "Old name"))], increment=None, now=T0)
+    await store.touch([(new, named("g1", "New name"))], increment=None, now=T0 + 5)
+    # A newer row without a name (an admin edit creates one) does not hide the name.
+    await store.write_distilled([(bare, None)], SUMMARY, reset_counter=None, now=T0 + 9)
+    nameless = ScopeKey.server("g2", "c1")
+    await store.write_distilled([(nameless, None)], SUMMARY, reset_counter=None, now=T0)
+    [g1, g2] = await store.list_servers(after=None, limit=10)
+    assert (g1.server_id, g1.server_name, g1.entries, g1.updated_at) == (
+        "g1",
+        "New name",
+        3,
+        T0 + 9,
+    )
+    assert (g2.server_id, g2.server_name, g2.entries, g2.updated_at) == ("g2", None, 1, T0)
+
+    # A rename reaches the list with the next write of any of the server's rows.
+    await store.touch([(old, named("g1", "Renamed"))], increment=None, now=T0 + 20)
+    assert (await store.list_servers(after=None, limit=1))[0].server_name == "Renamed"
+    # Rows written at the same time: the one created last names the server.
+    tied = ScopeKey.server("g3", "c1"), ScopeKey.server("g3", "c2")
+    await store.touch([(tied[1], named("g3", "First"))], increment=None, now=T0 + 30)
+    await store.touch([(tied[0], named("g3", "Second"))], increment=None, now=T0 + 30)
+    assert (await store.list_servers(after="g2", limit=1))[0].server_name == "Second"
+
+
+async def test_list_servers_follows_deletions(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    keys = [ScopeKey.server("g1", "c1"), ScopeKey.server("g1", "c2", "p1")]
+    keys += [ScopeKey.server("g2", "c1"), ScopeKey.server("g3", "c9")]
+    await store.touch([(k, named(k.owner_id, "G")) for k in keys[:3]], increment=None, now=T0)
+    await store.touch([(keys[3], named("g3", "G"))], increment=None, now=T0 + 100)
+
+    async def counts() -> dict[str, int]:
+        return {s.server_id: s.entries for s in await store.list_servers(after=None, limit=10)}
+
+    assert await counts() == {"g1": 2, "g2": 1, "g3": 1}
+    assert await store.delete_server_channel("g1", "c2", "p1") == 1
+    assert await counts() == {"g1": 1, "g2": 1, "g3": 1}
+    assert await store.delete_channel("c1") == 2
+    assert await counts() == {"g3": 1}
+    await store.touch([(keys[2], named("g2", "Back"))], increment=None, now=T0 + 200)
+    assert await counts() == {"g2": 1, "g3": 1}
+    assert await store.janitor(untouched_since=T0 + 150) == 1
+    assert await counts() == {"g2": 1}
+    # A second store on the same data sees the same list (SQL backends: the same database).
+    again = await store_factory()
+    assert [s.server_name for s in await again.list_servers(after=None, limit=10)] == ["Back"]

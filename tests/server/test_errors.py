@@ -153,6 +153,7 @@ async def test_a_failing_store_is_503(failing: tuple[FailingStore, str]) -> None
             ("DELETE", "/v1/users/111", None),
             ("DELETE", "/v1/servers/333/channels/222", None),
             ("POST", "/v1/janitor", None),
+            ("GET", "/v1/servers", None),
         ]:
             response = await client.request(method, path, json=body)
             got = problem(response, 503, "store_unavailable")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 import shortterm
 from shortterm import Message, Reply, ScopeKey
@@ -39,6 +40,80 @@ async def test_list_entries_by_owner_channel_and_persona(
     assert keys(await asgi.get("/v1/users/111/entries")) == [("a", None), ("b", "7")]
     assert keys(await asgi.get("/v1/users/111/entries?channel_id=b&persona_id=7")) == [("b", "7")]
     assert keys(await asgi.get("/v1/users/999/entries")) == []
+
+
+async def test_list_servers_pages_with_next_after(
+    http: httpx.AsyncClient, memory: shortterm.Memory
+) -> None:
+    for n in (3, 1, 5, 2, 4):
+        turn = memory.turn(
+            user_id="111", channel_id=f"c{n}", server_id=f"s{n}", server_name=f"Guild {n}"
+        )
+        await turn.capture(history=[Message("user", "hi", author_id="111")], replies=[Reply("yo")])
+    dm = memory.turn(user_id="111", channel_id="dm")  # a DM: personal memory only
+    await dm.capture(history=[Message("user", "hi", author_id="111")], replies=[Reply("yo")])
+
+    pages, after = [], None
+    while True:
+        query = {"limit": 2} if after is None else {"limit": 2, "after": after}
+        response = await http.get("/v1/servers", params=query)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        pages.append([s["server_id"] for s in body["servers"]])
+        after = body["next_after"]
+        if after is None:
+            break
+        assert after == body["servers"][-1]["server_id"]
+    assert pages == [["s1", "s2"], ["s3", "s4"], ["s5"]]
+
+    everything = (await http.get("/v1/servers")).json()
+    assert everything["next_after"] is None  # 5 servers, limit 100: not a full page
+    expected = [
+        {
+            "server_id": s.server_id,
+            "server_name": s.server_name,
+            "entries": s.entries,
+            "updated_at": s.updated_at,
+        }
+        for s in await memory.servers()
+    ]
+    assert everything["servers"] == expected
+    assert expected[0] == {
+        "server_id": "s1",
+        "server_name": "Guild 1",
+        "entries": 1,
+        "updated_at": expected[0]["updated_at"],
+    }
+    # A full last page still points on; the next one is empty and ends the walk.
+    full = (await http.get("/v1/servers?limit=5")).json()
+    assert full["next_after"] == "s5"
+    assert (await http.get("/v1/servers?after=s5&limit=5")).json() == {
+        "servers": [],
+        "next_after": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=ten", "limit"),
+        ("after=", "after"),
+        (f"after={'9' * 257}", "after"),
+        ("cursor=s1", "cursor"),
+        ("page=2&limit=5", "page"),
+        ("limit=1&limit=2", "limit"),
+    ],
+)
+async def test_list_servers_refuses_bad_queries(
+    asgi: httpx.AsyncClient, query: str, field: str
+) -> None:
+    response = await asgi.get(f"/v1/servers?{query}")
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_input"
+    assert response.json()["field"] == field
+    assert (await asgi.get("/v1/servers?limit=1000&after=s1")).status_code == 200
 
 
 async def test_get_one_entry_mirrors_memory_get(

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from .. import __version__
 from ..config import Config
 from ..errors import InvalidInput
-from ..memory import Memory
+from ..memory import MAX_SERVERS_PAGE, Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
 from .metrics import CONTENT_TYPE, Metrics
@@ -32,7 +32,9 @@ from .schemas import (
     EntryOut,
     EntryResult,
     HealthOut,
+    ServerOut,
     ServerSettingsModel,
+    ServersOut,
     SetCategoriesIn,
     SetSummaryIn,
     ToolCallIn,
@@ -82,6 +84,18 @@ PersonaFilter = Annotated[
 ]
 ChannelFilter = Annotated[
     str | None, Query(description="Only this channel's entries.", examples=["222"], **_ID)
+]
+AfterServer = Annotated[
+    str | None,
+    Query(
+        description="Only servers whose id sorts after this one: the `next_after` of the "
+        "previous page. Omit it for the first page.",
+        examples=["333"],
+        **_ID,
+    ),
+]
+PageLimit = Annotated[
+    int, Query(ge=1, le=MAX_SERVERS_PAGE, description="The most servers to answer.")
 ]
 
 METRICS_EXAMPLE = """\
@@ -230,6 +244,16 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
         "durable when it returns. Answers the entry as it is afterwards."
     )
     shared, personal = "a server's shared memory", "a user's personal memory"
+
+    @router.get("/servers", tags=["entries"], responses=common, summary="List servers with memory")
+    async def list_servers(after: AfterServer = None, limit: PageLimit = 100) -> ServersOut:
+        """The servers that have durable shared (server-scope) memory, ordered by id, a page
+        at a time: each with its name, its number of rows and its newest write. When the page
+        is full, `next_after` is its last id; pass it as `after` for the next page. One
+        indexed range per page, so the cost follows the page, not the store."""
+        page = await memory.servers(after=after, limit=limit)
+        next_after = page[-1].server_id if len(page) == limit else None
+        return ServersOut(servers=[ServerOut.of(s) for s in page], next_after=next_after)
 
     @router.get(
         "/servers/{server_id}/entries",

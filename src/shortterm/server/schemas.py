@@ -18,6 +18,7 @@ from .. import model as lib
 from ..context import Context, ContextItem
 from ..errors import InvalidInput
 from ..model import MAX_ID_CHARS
+from ..store.base import ServerSummary
 
 __all__ = [
     "CaptureIn",
@@ -35,7 +36,9 @@ __all__ = [
     "Problem",
     "ProblemField",
     "ReplyIn",
+    "ServerOut",
     "ServerSettingsModel",
+    "ServersOut",
     "SetCategoriesIn",
     "SetSummaryIn",
     "ToolCallIn",
@@ -424,6 +427,48 @@ class EntryResult(BaseModel):
     model_config = _examples({"entry": ENTRY_EXAMPLE})
 
     entry: EntryOut | None
+
+
+SERVER_EXAMPLE: dict[str, Any] = {
+    "server_id": "333",
+    "server_name": "Guild",
+    "entries": 4,
+    "updated_at": 1800000060.0,
+}
+
+
+class ServerOut(BaseModel):
+    """A server that has durable shared memory."""
+
+    model_config = _examples(SERVER_EXAMPLE)
+
+    server_id: str
+    server_name: str | None = Field(
+        description="The name on its most recently updated row that has one; null if none has."
+    )
+    entries: int = Field(description="How many durable shared (server-scope) rows it has.")
+    updated_at: float | None = Field(description="The newest write to those rows (epoch s).")
+
+    @classmethod
+    def of(cls, s: ServerSummary) -> ServerOut:
+        return cls(
+            server_id=s.server_id,
+            server_name=s.server_name,
+            entries=s.entries,
+            updated_at=s.updated_at,
+        )
+
+
+class ServersOut(BaseModel):
+    # A full page (of limit=1): the document drops nulls from examples, so a last page
+    # would be shown without its next_after.
+    model_config = _examples({"servers": [SERVER_EXAMPLE], "next_after": "333"})
+
+    servers: list[ServerOut] = Field(description="Ordered by server id.")
+    next_after: str | None = Field(
+        description="The last server id when the page is full: pass it as `after` for the "
+        "next page. Null when there is no next page."
+    )
 
 
 class SetSummaryIn(_In):

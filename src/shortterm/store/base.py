@@ -14,7 +14,7 @@ from typing import Protocol
 
 from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
 
-__all__ = ["DistilledWrite", "ScopeMeta", "ScopeRow", "Store"]
+__all__ = ["DistilledWrite", "ScopeMeta", "ScopeRow", "ServerSummary", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,22 @@ class ScopeRow:
     refresh_epoch: int = 0
     revision: int = 1
     updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSummary:
+    """A server that has durable shared (server-scope) rows, as :meth:`Store.list_servers`
+    lists it.
+
+    ``server_name`` is the name on the most recently updated of its rows that carries one
+    (ties: the row created last); ``None`` when none does. ``entries`` counts its
+    server-scope rows and ``updated_at`` is the newest of their ``updated_at``.
+    """
+
+    server_id: str
+    server_name: str | None
+    entries: int
+    updated_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +112,12 @@ class Store(Protocol):
 
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
         """Every row of one channel: all users, personas and both kinds (the channel index)."""
+
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
+        """The servers owning server-scope rows, by id ascending, whose id sorts after
+        ``after`` (a keyset page; ``None``: from the start), at most ``limit`` of them. Ids
+        sort by code point (PostgreSQL: by the database's collation). One range over the key
+        index, so the cost follows the page's rows, not the table."""
 
     def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         """Stream every row, in batches of at most ``batch_rows`` (export). Each batch is its

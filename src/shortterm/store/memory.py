@@ -6,12 +6,14 @@ the conformance suite holds every other backend to.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
-from .base import DistilledWrite, ScopeMeta, ScopeRow
+from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
 
 __all__ = ["MemoryStore", "merge_categories"]
 
@@ -64,6 +66,11 @@ class MemoryStore:
         # Secondary indexes keep owner and channel queries O(k), as the SQL indexes do.
         self._by_owner: dict[tuple[str, str], set[Tup]] = {}
         self._by_channel: dict[str, set[Tup]] = {}
+        # The ids of servers owning rows, sorted, for keyset pages; and each row's creation
+        # order (an SQL row id's twin), which breaks ties when picking a server's name.
+        self._server_ids: list[str] = []
+        self._born: dict[Tup, int] = {}
+        self._births = itertools.count()
         self._servers: dict[str, tuple[ServerSettings, float]] = {}
         self._users: dict[str, tuple[UserSettings, float]] = {}
         self.closed = False
@@ -120,8 +127,12 @@ class MemoryStore:
     def _store(self, row: ScopeRow) -> None:
         kt = row.key.astuple
         if kt not in self._rows:
-            self._by_owner.setdefault((kt[0], kt[1]), set()).add(kt)
+            owner = (kt[0], kt[1])
+            if owner not in self._by_owner and kt[0] == "server":
+                bisect.insort(self._server_ids, kt[1])
+            self._by_owner.setdefault(owner, set()).add(kt)
             self._by_channel.setdefault(kt[2], set()).add(kt)
+            self._born[kt] = next(self._births)
         self._rows[kt] = row
 
     async def touch(
@@ -171,6 +182,27 @@ class MemoryStore:
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
         return [self._rows[t] for t in self._by_channel.get(channel_id, ())]
 
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
+        ids = self._server_ids
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        out = []
+        for server_id in ids[start : start + limit]:
+            rows = [self._rows[t] for t in self._by_owner[("server", server_id)]]
+            named = [
+                (r.updated_at, self._born[r.key.astuple], r.meta.server_name)
+                for r in rows
+                if r.meta.server_name is not None
+            ]
+            out.append(
+                ServerSummary(
+                    server_id=server_id,
+                    server_name=max(named)[2] if named else None,
+                    entries=len(rows),
+                    updated_at=max(r.updated_at for r in rows),
+                )
+            )
+        return out
+
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         rows = list(self._rows.values())
         for start in range(0, len(rows), batch_rows):
@@ -207,8 +239,11 @@ class MemoryStore:
             if self._rows.pop(t, None) is None:
                 continue
             count += 1
+            del self._born[t]
             _unindex(self._by_owner, (t[0], t[1]), t)
             _unindex(self._by_channel, t[2], t)
+            if t[0] == "server" and (t[0], t[1]) not in self._by_owner:
+                del self._server_ids[bisect.bisect_left(self._server_ids, t[1])]
         return count
 
     async def delete_channel(self, channel_id: str) -> int:

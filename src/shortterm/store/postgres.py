@@ -46,7 +46,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
 from ..text import clean_text
 from . import migrations
-from .base import DistilledWrite, ScopeMeta, ScopeRow
+from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
 
 __all__ = ["PostgresStore"]
 
@@ -138,6 +138,23 @@ RETURNING {_COLS}
 """
 
 _KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
+
+# One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
+# read in index order so the GroupAggregate streams and the Limit stops the scan after the
+# page. EXPLAIN: "Limit -> GroupAggregate -> Index Scan using scopes_key on scopes s, Index
+# Cond: ((kind = 'server') AND (owner_id > $1))", no Sort; per group a SubPlan that is an
+# Index Scan using scopes_key (kind, owner_id = s.owner_id) sorting that server's own rows.
+# Ids compare in the database's collation (the index's), which is also the page order. The
+# name is the one on the most recently updated row that has one (ties: the row created last).
+_LIST_SERVERS = """
+SELECT s.owner_id, COUNT(*), MAX(s.updated_at),
+    (SELECT n.server_name FROM {t}scopes AS n
+     WHERE n.kind = 'server' AND n.owner_id = s.owner_id AND n.server_name IS NOT NULL
+     ORDER BY n.updated_at DESC, n.id DESC LIMIT 1)
+FROM {t}scopes AS s
+WHERE s.kind = 'server' AND s.owner_id > %s
+GROUP BY s.owner_id ORDER BY s.owner_id LIMIT %s
+"""
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
@@ -551,6 +568,13 @@ class PostgresStore:
                 f"SELECT {_COLS} FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
             )
             return [_row(r) for r in await cur.fetchall()]
+
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
+        # Ids are never empty, so "after ''" is "from the start" and the plan stays one range.
+        async with self._conn("server list") as conn:
+            cur = await conn.execute(_LIST_SERVERS.format(t=self._t), (after or "", limit))
+            page = await cur.fetchall()
+        return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         sql = f"SELECT id, {_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"

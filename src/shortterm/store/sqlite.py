@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ..errors import ConfigError, StoreUnavailable
 from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
 from . import migrations
-from .base import DistilledWrite, ScopeMeta, ScopeRow
+from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
 from .memory import merge_categories
 
 __all__ = ["SQLiteStore"]
@@ -106,6 +106,22 @@ _TOUCH = (
 _TOUCH_BY_ROWS = {n: _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n)) for n in (1, 2, 3, 4)}
 
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
+
+# One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
+# which also yields the groups in order, so the scan stops after LIMIT groups. EXPLAIN QUERY
+# PLAN: "SEARCH s USING INDEX scopes_key (kind=? AND owner_id>?)", no temp B-tree for the
+# GROUP BY or ORDER BY; per group, a "CORRELATED SCALAR SUBQUERY" doing "SEARCH n USING INDEX
+# scopes_key (kind=? AND owner_id=?)" and sorting that server's own rows. The name is the one
+# on the most recently updated row that has one (ties: the row created last).
+_LIST_SERVERS = """
+SELECT s.owner_id, COUNT(*), MAX(s.updated_at),
+    (SELECT n.server_name FROM scopes AS n
+     WHERE n.kind = 'server' AND n.owner_id = s.owner_id AND n.server_name IS NOT NULL
+     ORDER BY n.updated_at DESC, n.id DESC LIMIT 1)
+FROM scopes AS s
+WHERE s.kind = 'server' AND s.owner_id > ?
+GROUP BY s.owner_id ORDER BY s.owner_id LIMIT ?
+"""
 
 
 _NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
@@ -436,6 +452,11 @@ class SQLiteStore:
                 )
             ],
         )
+
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
+        # Ids are never empty, so "after ''" is "from the start" and the plan stays one range.
+        page = self._fetch("server list", _LIST_SERVERS, (after or "", limit))
+        return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         # Keyset pages by id: each page is one short read, so no read transaction stays open
