@@ -18,6 +18,7 @@ ASSETS = {
     "/ui/": "text/html; charset=utf-8",
     "/ui/app.js": "text/javascript; charset=utf-8",
     "/ui/app.css": "text/css; charset=utf-8",
+    "/ui/favicon.svg": "image/svg+xml",
 }
 
 

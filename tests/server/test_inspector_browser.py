@@ -8,6 +8,7 @@ say why, unless ``SHORTTERM_TEST_REQUIRE_SERVICES=1`` makes the browser mandator
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,17 +30,22 @@ PERSONAL = ScopeKey.user("111", "222", "7")
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Any]:
+def chromium() -> str:
     if not Path(CHROMIUM).exists():
         why = f"no Chromium at {CHROMIUM} (make test installs Debian's chromium when it can)"
         if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
             pytest.fail(why)
         pytest.skip(why)
+    return CHROMIUM
+
+
+@pytest.fixture
+async def browser(chromium: str) -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as driver:
         launched = await driver.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox"], headless=True
+            executable_path=chromium, args=["--no-sandbox"], headless=True
         )
         try:
             yield launched
@@ -85,6 +91,8 @@ def _watch(page: Any) -> list[str]:
 async def test_browse_edit_and_clear(
     memory: shortterm.Memory, clock: FakeClock, browser: Any
 ) -> None:
+    from playwright.async_api import expect
+
     await _seed(memory, clock)
     async with serving(create_app(memory)) as url:
         page = await browser.new_page(viewport={"width": 1280, "height": 760})
@@ -101,6 +109,9 @@ async def test_browse_edit_and_clear(
 
         await page.wait_for_selector("#entry-body:not([hidden])")
         assert await page.inner_text("#entry-title") == "#plans · persona 7"
+        assert await page.inner_text("#entry-meta") == (
+            "shared memory of server 333 · 1 turn since the last summary · updated 5 minutes ago"
+        )
         assert await page.input_value("#summary") == "Hike planned: Saturday, ridge trail, 8am."
         assert await page.inner_text("#summary-age") == "written 5 minutes ago"
         assert await page.inner_text("#categories") == "gear\nrain jackets\nplans\nSaturday hike"
@@ -119,7 +130,7 @@ async def test_browse_edit_and_clear(
         # An edit goes through the API and is durable when the page says so.
         await page.fill("#summary", "Hike moved to Sunday, same trail.")
         await page.click("#summary-form button")
-        await page.wait_for_function("document.getElementById('notice').textContent === 'Summary saved.'")
+        await expect(page.locator("#notice")).to_have_text("Summary saved.")
         row = await memory.store.load(SHARED)
         assert row is not None and row.summary == "Hike moved to Sunday, same trail."
         # The address keeps the view: a reload shows the same entry, edited.
@@ -136,9 +147,7 @@ async def test_browse_edit_and_clear(
 
         page.once("dialog", accept)
         await page.click("#clear-channel")
-        await page.wait_for_function(
-            "document.getElementById('notice').textContent.startsWith('Cleared')"
-        )
+        await expect(page.locator("#notice")).to_have_text(re.compile(r"^Cleared #plans"))
         assert asked == ["Forget everything remembered in #plans, for every user and persona?"]
         assert await memory.get(SHARED) is None and await memory.get(PERSONAL) is None
         assert await memory.store.load(SHARED) is None

@@ -101,6 +101,7 @@ async def guarded(memory: shortterm.Memory) -> AsyncIterator[str]:
 
 GUARDED_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/v1/turns", TURN),
+    ("GET", "/v1/servers", None),
     ("GET", "/v1/servers/333/entries", None),
     ("GET", "/v1/users/111/settings", None),
     ("DELETE", "/v1/channels/222", None),

@@ -20,8 +20,8 @@ from ..errors import InvalidInput
 from ..memory import MAX_SERVERS_PAGE, Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
-from .metrics import CONTENT_TYPE, Metrics
 from .inspector import build_inspector
+from .metrics import CONTENT_TYPE, Metrics
 from .middleware import OPEN_PATHS, BearerAuth, BodyLimit, BrowserGuard, RequestMetrics
 from .schemas import (
     ID_PATTERN,

@@ -55,6 +55,7 @@ _ASSETS = (
     _Asset("index.html", "text/html; charset=utf-8"),
     _Asset("app.js", "text/javascript; charset=utf-8"),
     _Asset("app.css", "text/css; charset=utf-8"),
+    _Asset("favicon.svg", "image/svg+xml"),
 )
 
 
@@ -84,5 +85,9 @@ def build_inspector() -> APIRouter:
     @router.get("/app.css")
     async def stylesheet() -> Response:
         return asset("app.css")
+
+    @router.get("/favicon.svg")
+    async def icon() -> Response:
+        return asset("favicon.svg")
 
     return router

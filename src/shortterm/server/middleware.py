@@ -24,7 +24,7 @@ __all__ = ["BearerAuth", "BodyLimit", "BodyTooLarge", "BrowserGuard", "RequestMe
 
 # Served without a token: liveness, and the inspector's static files (they hold no memory; the
 # page reads everything through /v1 with the token, see inspector.py).
-OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/app.css"})
+OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"})
 
 
 class RequestMetrics:

@@ -69,12 +69,15 @@ function failed(error) {
 function ago(then, now) {
   if (then === null || then === undefined) return "never";
   const age = now - then;
-  const plural = (n, unit) => `${n} ${unit}${n === 1 ? "" : "s"} ago`;
   if (age < 60) return "just now";
-  if (age < 3600) return plural(Math.floor(age / 60), "minute");
-  if (age < 86400) return plural(Math.floor(age / 3600), "hour");
-  if (age < 7 * 86400) return plural(Math.floor(age / 86400), "day");
+  if (age < 3600) return `${plural(Math.floor(age / 60), "minute")} ago`;
+  if (age < 86400) return `${plural(Math.floor(age / 3600), "hour")} ago`;
+  if (age < 7 * 86400) return `${plural(Math.floor(age / 86400), "day")} ago`;
   return "over a week ago";
+}
+
+function plural(n, unit) {
+  return `${n} ${unit}${n === 1 ? "" : "s"}`;
 }
 
 function el(tag, text, className) {
@@ -241,7 +244,7 @@ function renderEntry() {
   const whose =
     entry.key.kind === "server" ? `shared memory of server ${entry.key.owner_id}` : `user ${entry.key.owner_id}`;
   $("entry-meta").textContent =
-    `${whose} · ${entry.turns_since_refresh} turns since the last summary · ` +
+    `${whose} · ${plural(entry.turns_since_refresh, "turn")} since the last summary · ` +
     `updated ${ago(entry.updated_at, now)}${entry.private ? " · private channel" : ""}`;
   $("summary").value = entry.summary ?? "";
   $("summary-age").textContent = entry.summary ? `written ${ago(entry.summary_at, now)}` : "";
