@@ -206,6 +206,9 @@ def test_the_whole_path_survives_hostile_input_and_keeps_the_envelope(
             assert isinstance(result, shortterm.ToolResult) and result.message
             second = memory.turn(user_id=turn.user_id, channel_id="elsewhere", server_id="g")
             await second.capture(history=history, replies=[Reply(replies[0])])
+            with contextlib.suppress(InvalidInput):  # hostile ids as the page cursor
+                for listed in await memory.servers(after=ids[2], limit=len(replies)):
+                    assert isinstance(listed.server_id, str) and listed.entries >= 1
             key = turn.live_key
             with contextlib.suppress(InvalidInput):
                 await memory.set_summary(key, summary)
