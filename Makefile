@@ -36,8 +36,8 @@ browser:                 ## Debian's Chromium for the browser tests, installed w
 	fi
 
 lint: $(STAMP)           ## ruff + mypy --strict
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/ruff format --check src tests benchmarks scripts examples
 	$(BIN)/mypy
 
 POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test

@@ -209,9 +209,9 @@ def render(results: list[dict[str, Any]], command: str) -> str:
             )
     return (
         f"Machine: {machine()}. Command: `{command}`. The sidecar (`shortterm serve`, SQLite "
-        "store, in-process cache, uvicorn with httptools from the server extra) in one process, the clients "
-        "in another; one keep-alive connection per client; latency as each client saw it "
-        "over loopback. A turn is a start (context + tools), a tool call with a "
+        "store, in-process cache, uvicorn with httptools from the server extra) in one process, "
+        "the clients in another; one keep-alive connection per client; latency as each client "
+        "saw it over loopback. A turn is a start (context + tools), a tool call with a "
         "1,000-character summary on every 5th turn, and a capture of 10 messages.\n\n"
         + "\n".join(rows)
     )
