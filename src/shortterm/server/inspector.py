@@ -12,13 +12,13 @@ only, so a captured message cannot become markup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-__all__ = ["UI_PREFIX", "build_inspector"]
+__all__ = ["UI_PATHS", "UI_PREFIX", "build_inspector"]
 
 UI_PREFIX = "/ui"
 
@@ -45,49 +45,36 @@ HEADERS = {
 }
 
 
-@dataclass(frozen=True)
-class _Asset:
-    name: str
-    media_type: str
+# Path under the prefix → (file in ui/, media type). "" is the page itself.
+_ASSETS = {
+    "": ("index.html", "text/html; charset=utf-8"),
+    "app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "app.css": ("app.css", "text/css; charset=utf-8"),
+    "favicon.svg": ("favicon.svg", "image/svg+xml"),
+}
+
+# Served without a token (middleware.OPEN_PATHS): the redirect and the files, nothing else.
+UI_PATHS = frozenset({UI_PREFIX, *(f"{UI_PREFIX}/{path}" for path in _ASSETS)})
 
 
-_ASSETS = (
-    _Asset("index.html", "text/html; charset=utf-8"),
-    _Asset("app.js", "text/javascript; charset=utf-8"),
-    _Asset("app.css", "text/css; charset=utf-8"),
-    _Asset("favicon.svg", "image/svg+xml"),
-)
+def _endpoint(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+    async def serve_file() -> Response:
+        return Response(body, media_type=media_type, headers=HEADERS)
+
+    return serve_file
 
 
 def build_inspector() -> APIRouter:
     """The routes of the inspector; the files are read once, here."""
     folder = files(__package__).joinpath("ui")
-    body = {a.name: folder.joinpath(a.name).read_bytes() for a in _ASSETS}
-    media = {a.name: a.media_type for a in _ASSETS}
     router = APIRouter(prefix=UI_PREFIX, include_in_schema=False)
-
-    def asset(name: str) -> Response:
-        return Response(body[name], media_type=media[name], headers=HEADERS)
 
     @router.get("")
     async def bare() -> RedirectResponse:
         # Relative asset URLs resolve against "/ui/", so "/ui" sends the browser there.
         return RedirectResponse(f"{UI_PREFIX}/", status_code=308)
 
-    @router.get("/")
-    async def page() -> Response:
-        return asset("index.html")
-
-    @router.get("/app.js")
-    async def script() -> Response:
-        return asset("app.js")
-
-    @router.get("/app.css")
-    async def stylesheet() -> Response:
-        return asset("app.css")
-
-    @router.get("/favicon.svg")
-    async def icon() -> Response:
-        return asset("favicon.svg")
-
+    for path, (name, media_type) in _ASSETS.items():
+        body = folder.joinpath(name).read_bytes()
+        router.add_api_route(f"/{path}", _endpoint(body, media_type), methods=["GET"])
     return router

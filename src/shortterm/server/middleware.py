@@ -15,6 +15,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import problem_response
+from .inspector import UI_PATHS
 from .settings import is_loopback
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["BearerAuth", "BodyLimit", "BodyTooLarge", "BrowserGuard", "RequestMe
 
 # Served without a token: liveness, and the inspector's static files (they hold no memory; the
 # page reads everything through /v1 with the token, see inspector.py).
-OPEN_PATHS = frozenset({"/healthz", "/ui", "/ui/", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"})
+OPEN_PATHS = frozenset({"/healthz", *UI_PATHS})
 
 
 class RequestMetrics:
