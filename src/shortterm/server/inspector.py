@@ -40,7 +40,7 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
-    # Small and versioned with the package: revalidating every load keeps an upgrade visible.
+    # Small files: fetched again on every load, so an upgraded package is seen at once.
     "Cache-Control": "no-cache",
 }
 
