@@ -163,6 +163,10 @@ async def test_a_declined_clear_keeps_everything(
 ) -> None:
     await page.goto(f"{base_url}/ui/#server=333&channel=222&persona=7")
     await page.wait_for_selector("#entry-body:not([hidden])")
+    # Opened from the address, the server is labelled as the list labels it.
+    assert (
+        await page.inner_text("#channels-title") == "Channels · shared memory of Trail Club (333)"
+    )
     page.once("dialog", lambda dialog: dialog.dismiss())
     await page.click("#clear-channel")  # returns once the dialog is answered
     assert await memory.get(SHARED) is not None

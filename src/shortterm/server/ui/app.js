@@ -124,6 +124,18 @@ function readHash() {
   };
 }
 
+// The names the server list has shown, so an owner opened from the address is labelled alike.
+const serverNames = new Map();
+
+function serverLabel(id, name) {
+  return name ? `${name} (${id})` : id;
+}
+
+function ownerOf(kind, id) {
+  const label = kind === "server" ? serverLabel(id, serverNames.get(id)) : `user ${id}`;
+  return { kind, id, label };
+}
+
 // -- servers ----------------------------------------------------------------------------------
 
 async function loadServers(more = false) {
@@ -134,10 +146,11 @@ async function loadServers(more = false) {
   if (!more) list.replaceChildren();
   for (const server of page.servers) {
     const item = el("li");
-    const label = server.server_name ? `${server.server_name} (${server.server_id})` : server.server_id;
+    const label = serverLabel(server.server_id, server.server_name);
+    serverNames.set(server.server_id, server.server_name);
     const current = state.owner?.kind === "server" && state.owner.id === server.server_id;
     const button = pickButton(label, current, () =>
-      openOwner({ kind: "server", id: server.server_id, label }).catch(failed),
+      openOwner(ownerOf("server", server.server_id)).catch(failed),
     );
     button.dataset.server = server.server_id;
     button.append(el("span", ` · ${server.entries}`, "count"));
@@ -301,7 +314,7 @@ async function start() {
   await loadServers();
   const wanted = readHash();
   if (wanted.kind !== null && wanted.id) {
-    await openOwner({ kind: wanted.kind, id: wanted.id, label: wanted.id }, wanted.channel, wanted.persona);
+    await openOwner(ownerOf(wanted.kind, wanted.id), wanted.channel, wanted.persona);
   }
 }
 
@@ -315,8 +328,7 @@ $("token-form").addEventListener("submit", (event) => {
 });
 $("user-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  const id = $("user-id").value.trim();
-  openOwner({ kind: "user", id, label: `user ${id}` }).catch(failed);
+  openOwner(ownerOf("user", $("user-id").value.trim())).catch(failed);
 });
 $("more-servers").addEventListener("click", () => loadServers(true).catch(failed));
 $("summary-form").addEventListener("submit", (event) => saveSummary(event).catch(failed));
