@@ -110,7 +110,8 @@ class BrowserGuard:
 
 
 class BearerAuth:
-    """With a token, every route but ``/healthz`` needs ``Authorization: Bearer <token>``."""
+    """With a token, every route but the open paths (``/healthz``, the inspector's files) needs
+    ``Authorization: Bearer <token>``."""
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app
@@ -121,12 +122,9 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         given = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, credentials = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    given = credentials.strip()
-                break
+        scheme, _, credentials = (_header(scope, b"authorization") or b"").partition(b" ")
+        if scheme.lower() == b"bearer":
+            given = credentials.strip()
         # compare_digest: the time taken does not tell how much of a guess was right.
         if not hmac.compare_digest(given, self.token):
             response = problem_response(
@@ -161,12 +159,10 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if value.isdigit() and int(value) > limit:  # the server refuses a bad one
-                    await self._refuse(scope, receive, send)
-                    return
-                break
+        declared = _header(scope, b"content-length") or b""
+        if declared.isdigit() and int(declared) > limit:  # the server refuses a bad one
+            await self._refuse(scope, receive, send)
+            return
         received = 0
         started = False
 
