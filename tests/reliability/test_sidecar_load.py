@@ -10,6 +10,7 @@ each acknowledged summary must be readable from the SQLite file after the server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -39,53 +40,59 @@ async def test_concurrent_clients_lose_no_write(tmp_path: Path) -> None:
     config = shortterm.Config(sweep_interval_s=0)
     async with shortterm.open(store=f"sqlite:///{db}", config=config) as memory:
         app = create_app(memory, SidecarSettings())
-        async with serving(app) as url:
+        async with serving(app) as url, contextlib.AsyncExitStack() as stack:
+            # Every client is made before the clock starts: making one builds an SSL context
+            # (tens of ms on this event loop), which would otherwise stall the first requests
+            # of the others and be counted as the server's latency.
+            https = [
+                await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=10))
+                for _ in range(CLIENTS)
+            ]
             deadline = time.monotonic() + SECONDS
 
-            async def client(n: int) -> None:
-                async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-                    i = 0
-                    while time.monotonic() < deadline:
-                        i += 1
-                        upgrade = i % 5 == 0
-                        channel = f"tool-{n}-{i}" if upgrade else f"shared-{i % 5}"
-                        turn = {"user_id": f"u{n}", "channel_id": channel, "server_id": SERVER}
+            async def client(n: int, http: httpx.AsyncClient) -> None:
+                i = 0
+                while time.monotonic() < deadline:
+                    i += 1
+                    upgrade = i % 5 == 0
+                    channel = f"tool-{n}-{i}" if upgrade else f"shared-{i % 5}"
+                    turn = {"user_id": f"u{n}", "channel_id": channel, "server_id": SERVER}
+                    t0 = time.perf_counter()
+                    started = await http.post("/v1/turns", json=turn)
+                    latencies["start"].append(time.perf_counter() - t0)
+                    if started.status_code != 201:
+                        errors.append(f"start {started.status_code}: {started.text}")
+                        continue
+                    turn_id = started.json()["turn_id"]
+                    if upgrade:
+                        text = f"summary of client {n} turn {i}"
                         t0 = time.perf_counter()
-                        started = await http.post("/v1/turns", json=turn)
-                        latencies["start"].append(time.perf_counter() - t0)
-                        if started.status_code != 201:
-                            errors.append(f"start {started.status_code}: {started.text}")
-                            continue
-                        turn_id = started.json()["turn_id"]
-                        if upgrade:
-                            text = f"summary of client {n} turn {i}"
-                            t0 = time.perf_counter()
-                            called = await http.post(
-                                f"/v1/turns/{turn_id}/tool-calls",
-                                json={
-                                    "name": "update_short_term_memory",
-                                    "arguments": {"summary": text},
-                                },
-                            )
-                            latencies["tool"].append(time.perf_counter() - t0)
-                            if called.status_code == 200 and called.json()["ok"]:
-                                summaries[channel] = (f"u{n}", text)
-                            else:
-                                errors.append(f"tool {called.status_code}: {called.text}")
-                            continue
-                        body = {
-                            "history": [{"role": "user", "content": f"m{i}", "author_id": f"u{n}"}],
-                            "replies": [{"text": f"r{i}"}],
-                        }
-                        t0 = time.perf_counter()
-                        done = await http.post(f"/v1/turns/{turn_id}/capture", json=body)
-                        latencies["capture"].append(time.perf_counter() - t0)
-                        if done.status_code == 204:
-                            captured[channel] = captured.get(channel, 0) + 1
+                        called = await http.post(
+                            f"/v1/turns/{turn_id}/tool-calls",
+                            json={
+                                "name": "update_short_term_memory",
+                                "arguments": {"summary": text},
+                            },
+                        )
+                        latencies["tool"].append(time.perf_counter() - t0)
+                        if called.status_code == 200 and called.json()["ok"]:
+                            summaries[channel] = (f"u{n}", text)
                         else:
-                            errors.append(f"capture {done.status_code}: {done.text}")
+                            errors.append(f"tool {called.status_code}: {called.text}")
+                        continue
+                    body = {
+                        "history": [{"role": "user", "content": f"m{i}", "author_id": f"u{n}"}],
+                        "replies": [{"text": f"r{i}"}],
+                    }
+                    t0 = time.perf_counter()
+                    done = await http.post(f"/v1/turns/{turn_id}/capture", json=body)
+                    latencies["capture"].append(time.perf_counter() - t0)
+                    if done.status_code == 204:
+                        captured[channel] = captured.get(channel, 0) + 1
+                    else:
+                        errors.append(f"capture {done.status_code}: {done.text}")
 
-            await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+            await asyncio.gather(*(client(n, http) for n, http in enumerate(https)))
 
     assert errors == []
     assert sum(captured.values()) > 100, "the run was too short to mean anything"
