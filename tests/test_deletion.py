@@ -8,6 +8,7 @@ import pytest
 
 import shortterm
 from shortterm import Config, Message, Privacy, Reply, ScopeKey, StoreUnavailable, UserSettings
+from shortterm.store.base import Forgotten
 from shortterm.store.memory import MemoryStore
 from shortterm.store.sqlite import SQLiteStore
 from tests.support import FakeClock
@@ -99,10 +100,10 @@ async def test_janitor_and_sweep(db_url: str, clock: FakeClock) -> None:
 class FailingStore(MemoryStore):
     fail = False
 
-    async def delete_channel(self, channel_id: str) -> int:
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
         if self.fail:
             raise StoreUnavailable("the database is down")
-        return await super().delete_channel(channel_id)
+        return await super().forget_channel(channel_id, now=now)
 
 
 async def test_a_failed_durable_clear_still_evicts_and_says_so(clock: FakeClock) -> None:

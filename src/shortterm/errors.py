@@ -39,7 +39,14 @@ class ConfigError(ShortTermError):
 
 
 class StoreUnavailable(ShortTermError):
-    """A backend failed. The operation that raised it was not acknowledged."""
+    """A backend failed. The operation that raised it was not acknowledged.
+
+    ``maybe_applied`` is true when the failure came after a write was sent (a connection
+    dropped mid-commit): it may or may not have been saved."""
+
+    def __init__(self, message: str = "", *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class ExtraMissing(ShortTermError, ImportError):

@@ -21,8 +21,16 @@ from .backends import DEFAULT_STORE_URL, make_cache, make_store
 from .cache.base import HotTier
 from .config import Config
 from .errors import InvalidInput, StoreUnavailable
+from .fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    server_channel_target,
+    user_target,
+)
 from .model import (
     Entry,
+    Message,
     Privacy,
     ScopeKey,
     ScopeKind,
@@ -46,6 +54,7 @@ _DEFAULT_SERVER = ServerSettings()
 _DEFAULT_USER = UserSettings()
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
 MAX_SERVERS_PAGE = 1000
+_JOURNAL_PAGE = 1000
 
 
 class Memory:
@@ -64,9 +73,11 @@ class Memory:
         self._sweeper: asyncio.Task[None] | None = None
         self._degraded = False
         self._closed = False
-        # Bumped when a clear starts and when it ends: a capture whose durable write was in
-        # flight meanwhile must not put cleared messages back into the hot tier.
-        self._clear_generation = 0
+        # The journal position this process has applied: every forget and settings change up
+        # to it is reflected here (hot tier, tombstones, settings). A write fenced at it can
+        # only be overtaken by what comes later.
+        self._head = 0
+        self._behind = False  # a journal read failed: read it on the next call
         self._counts = dict.fromkeys(
             (
                 "captures",
@@ -78,6 +89,9 @@ class Memory:
                 "upgrades",
                 "degraded_contexts",
                 "upgrade_refusals",
+                "fenced_writes",
+                "journal_entries",
+                "journal_errors",
             ),
             0,
         )
@@ -88,6 +102,9 @@ class Memory:
     async def _start(self, *, hydrate: bool = True) -> None:
         await self.store.migrate()
         now = self.clock()
+        # The position first: whatever is journaled while we load is read again later.
+        self._head = await self.store.journal_head()
+        self.store.journal_moved()  # take the current state as seen
         self._servers.update(await self.store.server_settings_since(0.0))
         self._remember_users(await self.store.user_settings_since(0.0))
         self._settings_checked_at = now
@@ -103,6 +120,7 @@ class Memory:
         started = time.perf_counter()
         evictions = self.cache.stats().get("evictions", 0)
         rows = 0
+        fence = WriteFence(self._head)
         # A bulk load creates objects that all stay alive; the cyclic collector would walk
         # the growing heap again and again for nothing, so it pauses until the load is done.
         collecting = gc.isenabled()
@@ -111,7 +129,7 @@ class Memory:
             async for batch in self.store.iter_distilled(
                 since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
             ):
-                await self.cache.apply_rows(batch, now)
+                await self.cache.apply_rows(batch, now, fence)
                 rows += len(batch)
         finally:
             if collecting:
@@ -175,8 +193,94 @@ class Memory:
             else:
                 self._full_privacy_users.discard(user_id)
 
+    # -- following other processes -------------------------------------------------------
+
+    async def _follow(self) -> bool:
+        """Apply what other processes journaled since our position. Costs a cheap check
+        (SQLite ``data_version``, a PostgreSQL NOTIFY flag) unless something moved. Returns
+        False when the durable tier is failing: nothing is read then (a call waits for a dead
+        server once, not twice), our position stays, and a write fenced at it can only be
+        dropped too often, never resurrect anything; the journal is read once it is back."""
+        if self._degraded:
+            # Known to be failing: don't wait for it here too. The call's own durable work
+            # finds out whether it is back (and then the journal is read on the next call).
+            self._behind = True
+            return True
+        try:
+            if self.store.journal_moved() or self._behind:
+                self._behind = True
+                await self._catch_up()
+                self._behind = False
+        except StoreUnavailable as exc:
+            self._counts["journal_errors"] += 1
+            self._store_failed("journal read", exc, counted=False)
+            return False
+        return True
+
+    async def _catch_up(self) -> None:
+        while True:
+            entries = await self.store.journal_since(self._head, limit=_JOURNAL_PAGE)
+            if not entries:
+                return
+            now = self.clock()
+            reload = False
+            for entry in entries:
+                reload |= await self._apply_entry(entry, now)
+            if reload:
+                await self._reload_settings()
+            # Only now: a write fenced at the new position relies on all of the above.
+            self._head = max(self._head, entries[-1].seq)
+            self._counts["journal_entries"] += len(entries)
+            if len(entries) < _JOURNAL_PAGE:
+                return
+
+    async def _apply_entry(self, entry: JournalEntry, now: float) -> bool:
+        """Reflect one journal entry here; returns whether settings must be reloaded."""
+        cache, kind, subject = self.cache, entry.kind, entry.subject
+        if kind in ("user_settings", "server_settings"):
+            if entry.targets and not cache.shared:
+                await cache.record_forget(entry.seq, entry.targets, now)
+            return True
+        if cache.shared:
+            return kind == "user"  # the forgetting process already changed the shared tier
+        if entry.targets:
+            await cache.record_forget(entry.seq, entry.targets, now)
+        if kind == "channel" and subject[0] is not None:
+            await cache.delete_channel(subject[0])
+        elif kind == "user" and subject[0] is not None:
+            await cache.forget_user_target(subject[0], now)
+            return True
+        elif kind == "server_channel" and subject[0] is not None and subject[1] is not None:
+            await cache.delete(ScopeKey.server(subject[0], subject[1], subject[2]))
+        elif kind == "edit" and len(subject) == 4:
+            k, owner, channel, persona = subject
+            if k in ("user", "server") and owner is not None and channel is not None:
+                key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
+                row = await self.store.load(key)
+                if row is None:
+                    await cache.delete(key)
+                else:
+                    await cache.apply_rows([row], now, WriteFence(entry.seq))
+        return False
+
+    async def _reload_settings(self) -> None:
+        servers = await self.store.server_settings_since(0.0)
+        users = await self.store.user_settings_since(0.0)
+        self._servers = dict(servers)
+        self._users = {}
+        self._full_privacy_users = set()
+        self._remember_users(users)
+
+    async def begin_write(self, triggerer: str | None = None) -> WriteFence:
+        """Where a write begins: follow the journal, then the position to fence the write at.
+        Call it before reading what the write is computed from."""
+        followed = await self._follow()
+        return WriteFence(self._head, triggerer, store_down=not followed)
+
     async def _refresh_settings(self) -> None:
-        """Pick up settings other processes changed; at most one query pair per interval."""
+        """Follow the journal; and pick up settings other processes changed the old way, at
+        most one query pair per interval (rows written by earlier versions)."""
+        await self._follow()
         now = self.clock()
         if now - self._settings_checked_at < self.config.settings_refresh_s:
             return
@@ -215,8 +319,9 @@ class Memory:
                     f"both become {slug!r})",
                 )
             seen[slug] = category.label
-        await self.store.save_server_settings(server_id, settings, now=self.clock())
+        seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
         self._servers[server_id] = settings
+        await self._caught_up_to(seq)
 
     async def server_settings(self, server_id: str) -> ServerSettings:
         check_id("server_id", server_id)
@@ -224,19 +329,18 @@ class Memory:
         return self._server(server_id)
 
     async def configure_user(self, user_id: str, settings: UserSettings) -> None:
+        """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
+        purged in the same transaction that stores the choice, and it holds in every process
+        on the same memory before this returns here (others follow the journal)."""
         check_id("user_id", user_id)
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
-        full = settings.privacy is Privacy.FULL
-        if full:
-            # Choosing full privacy forgets what was already kept, not just what comes next.
-            # Purge before saving the choice, so a crash in between never leaves a stored FULL
-            # setting beside rows it promised were gone (the call was not acknowledged then).
-            await self.clear_user(user_id)
-        await self.store.save_user_settings(user_id, settings, now=self.clock())
+        if settings.privacy is Privacy.FULL:
+            await self._forget_user(user_id, keep=settings)
+            return
+        seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
         self._remember_users({user_id: settings})
-        if full:
-            await self.clear_user(user_id)  # anything captured while the choice was in flight
+        await self._caught_up_to(seq)
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)
@@ -251,8 +355,9 @@ class Memory:
             raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
         return Turn(self, **kwargs)
 
-    def _store_failed(self, what: str, exc: StoreUnavailable) -> None:
-        self._counts["store_errors"] += 1
+    def _store_failed(self, what: str, exc: StoreUnavailable, *, counted: bool = True) -> None:
+        if counted:
+            self._counts["store_errors"] += 1
         if not self._degraded:
             self._degraded = True
             log.warning("shortterm durable tier failed during %s: %s", what, exc)
@@ -268,13 +373,15 @@ class Memory:
         """What ``key`` remembers now, or ``None`` when nothing is live."""
         if not isinstance(key, ScopeKey):
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        await self._follow()
         now = self.clock()
         entry = await self.cache.get(key, now)
         if entry is None and not self.cache.complete and await self.cache.counter(key, now) is None:
+            fence = WriteFence(self._head)  # a forget landing after the load wins
             row = await self.store.load(key)
             self._counts["read_through"] += 1
             if row is not None:
-                await self.cache.apply_rows([row], now)
+                await self.cache.apply_rows([row], now, fence)
                 entry = await self.cache.get(key, now)
         return entry
 
@@ -284,9 +391,10 @@ class Memory:
         now = self.clock()
         entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         if not complete:
+            fence = WriteFence(self._head)
             rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
             self._counts["read_through"] += 1
-            await self.cache.apply_rows(rows, now)
+            await self.cache.apply_rows(rows, now, fence)
             await self.cache.mark_complete(kind, owner_id)  # type: ignore[arg-type]
             entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         return entries
@@ -392,13 +500,15 @@ class Memory:
                 raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
             seen.add(row.key.astuple)
         await self._refresh_settings()
+        fence = WriteFence(self._head)
         allowed = [
             r
             for r in rows
             if r.key.kind == "server" or self._user(r.key.owner_id).privacy is Privacy.NONE
         ]
-        written = await self.store.put_rows(allowed)
-        await self.cache.apply_rows(written, self.clock())
+        written = await self.store.put_rows(allowed, fence=fence)
+        self._counts["fenced_writes"] += len(allowed) - len(written)
+        await self.cache.apply_rows(written, self.clock(), fence)
         return written
 
     # -- edits ----------------------------------------------------------------------------
@@ -414,10 +524,8 @@ class Memory:
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
         summary = None if text is None else self._clean_value("summary", text) or None
         change = DistilledWrite(summary=summary, set_summary=True)
-        rows = await self.store.write_distilled(
-            [(key, None)], change, reset_counter=None, now=self.clock()
-        )
-        await self.cache.apply_rows(rows, self.clock())
+        fence = await self.begin_write()
+        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
         return await self.cache.get(key, self.clock())
 
     async def set_categories(self, key: ScopeKey, values: Mapping[str, str]) -> Entry | None:
@@ -431,40 +539,162 @@ class Memory:
             check_id("category slug", slug)
             cleaned[slug] = self._clean_value(f"categories[{slug!r}]", text) or None
         change = DistilledWrite(categories=cleaned, replace_categories=True)
-        rows = await self.store.write_distilled(
-            [(key, None)], change, reset_counter=None, now=self.clock()
-        )
-        await self.cache.apply_rows(rows, self.clock())
+        fence = await self.begin_write()
+        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
         return await self.cache.get(key, self.clock())
 
-    # -- deletion -------------------------------------------------------------------------
+    # -- the write paths: every caller (turn, tool, importer, surfaces) goes through these --
+
+    async def write_capture(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        *,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+    ) -> bool:
+        """The one capture write: ensure the scopes' durable rows (and step the counter of
+        ``increment``) in one fenced statement, then replace their messages in the hot tier,
+        fenced again where they land. A scope a forget overtook is dropped in both tiers.
+        During a durable outage the hot tier is still written (fenced) and the lost counter
+        step is counted. Returns whether every scope was written."""
+        durable: dict[tuple[Any, ...], ScopeRow] | None
+        try:
+            if fence.store_down:
+                raise StoreUnavailable("the durable tier failed earlier in this call")
+            rows = await self.store.touch(
+                [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
+            )
+            self._store_ok()
+            durable = {r.key.astuple: r for r in rows}
+        except StoreUnavailable as exc:
+            # Capture serves from the hot tier during an outage; the counter step is lost
+            # and counted, never reported as done.
+            self._store_failed("capture", exc)
+            self._counts["degraded_captures"] += 1
+            durable = None
+        applied = True
+        for key, messages in scopes:
+            row = None
+            if durable is not None:
+                row = durable.get(key.astuple)
+                if row is None:  # the durable tier's fence refused it
+                    applied = False
+                    continue
+            if not await self.cache.capture(key, messages, meta, row, now, fence):
+                applied = False
+        if not applied:
+            self._counts["fenced_writes"] += 1
+        return applied
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        fence: WriteFence,
+    ) -> list[ScopeRow]:
+        """The one distilled write (tool call, admin edit): all scopes in one fenced durable
+        transaction, journaled for other processes, then mirrored in the hot tier. Returns
+        the rows written (fewer than ``scopes`` when a forget overtook the write).
+
+        A failure that leaves the outcome unknown (the connection dropped mid-commit) raises
+        ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
+        tier and read through on their next use, so neither tier is believed over the other.
+        """
+        now = self.clock()
+        if fence.store_down:
+            raise StoreUnavailable("the durable tier is failing; nothing was written")
+        try:
+            rows = await self.store.write_distilled(
+                scopes, change, reset_counter=reset_counter, now=now, fence=fence
+            )
+        except StoreUnavailable as exc:
+            if exc.maybe_applied:
+                self.cache.set_complete(False)
+                for key, _ in scopes:
+                    with contextlib.suppress(StoreUnavailable):
+                        await self.cache.delete(key)
+            raise
+        if len(rows) < len(scopes):
+            self._counts["fenced_writes"] += 1
+        try:
+            await self.cache.apply_rows(rows, now, fence)
+        except StoreUnavailable as exc:
+            # Committed, so done. A hot tier that missed it must not keep serving the old
+            # values: drop them (best effort) and read through from now on.
+            self._store_failed("hot tier update", exc)
+            self.cache.set_complete(False)
+            for row in rows:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.cache.delete(row.key)
+        return rows
+
+    # -- deletion: every forget is journaled durably, then applied here, then followed ------
+
+    async def _caught_up_to(self, seq: int) -> None:
+        """After our own journal entry ``seq``: read the journal up to it, so entries other
+        processes wrote before it are applied too and our position can pass it."""
+        if self._head < seq:
+            await self._catch_up()
+
+    async def _forget(
+        self, targets: Sequence[str], durable: Callable[[], Any], hot: Callable[[], Any]
+    ) -> int:
+        """The one forget: durable journal + delete (raises if it failed: nothing was
+        acknowledged), then the hot tier — its fence first, so nothing in flight can land
+        after the eviction — then the journal up to our entry."""
+        try:
+            forgotten = await durable()
+        except StoreUnavailable:
+            # Nothing was acknowledged, but nothing stale is shown meanwhile either: evict,
+            # and let the caller see the error and retry.
+            with contextlib.suppress(StoreUnavailable):
+                await hot()
+            raise
+        now = self.clock()
+        await self.cache.record_forget(forgotten.seq, targets, now)
+        evicted = await hot()
+        await self._caught_up_to(forgotten.seq)
+        return max(int(forgotten.rows), int(evicted))
 
     async def clear_channel(self, channel_id: str) -> int:
         """Forget a channel: every user, persona and scope of it, in both tiers."""
         check_id("channel_id", channel_id)
-        self._clear_generation += 1
-        try:
-            durable = await self.store.delete_channel(channel_id)
-        finally:
-            # Evict even when the durable delete failed: nothing stale is shown meanwhile,
-            # and the caller sees the error and can retry the durable part.
-            hot = await self.cache.delete_channel(channel_id)
-            self._clear_generation += 1
-        return max(durable, hot)
+        return await self._forget(
+            [channel_target(channel_id)],
+            lambda: self.store.forget_channel(channel_id, now=self.clock()),
+            lambda: self.cache.delete_channel(channel_id),
+        )
 
     async def clear_user(self, user_id: str) -> int:
-        """Forget a user: their user-scope rows and entries, and every message they wrote
-        from every other entry (server scopes, other users' scopes). Returns the number of
-        scopes deleted plus entries scrubbed."""
+        """Forget a user: their user-scope rows and entries, every message they wrote from
+        every other entry (server scopes, other users' scopes), and their settings row —
+        except a FULL privacy choice, which is kept so that it stays honoured. Returns the
+        number of scopes deleted plus entries scrubbed."""
         check_id("user_id", user_id)
-        self._clear_generation += 1
-        try:
-            durable = await self.store.delete_user_scopes(user_id)
-        finally:
-            hot = await self.cache.delete_owner("user", user_id)
-            scrubbed = await self.cache.scrub_author(user_id, self.clock())
-            self._clear_generation += 1
-        return max(durable, hot) + scrubbed
+        stored = self._users.get(user_id)
+        keep = stored if stored is not None and stored.privacy is Privacy.FULL else None
+        return await self._forget_user(user_id, keep=keep)
+
+    async def _forget_user(self, user_id: str, *, keep: UserSettings | None) -> int:
+        async def hot() -> int:
+            deleted = await self.cache.delete_owner("user", user_id)
+            return deleted + await self.cache.scrub_author(user_id, self.clock())
+
+        changed = await self._forget(
+            [user_target(user_id)],
+            lambda: self.store.forget_user(user_id, keep=keep, now=self.clock()),
+            hot,
+        )
+        if keep is None:
+            self._users.pop(user_id, None)
+            self._full_privacy_users.discard(user_id)
+        else:
+            self._remember_users({user_id: keep})
+        return changed
 
     async def clear_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None = None
@@ -473,13 +703,13 @@ class Memory:
         check_id("server_id", server_id)
         check_id("channel_id", channel_id)
         check_optional_id("persona_id", persona_id)
-        self._clear_generation += 1
-        try:
-            durable = await self.store.delete_server_channel(server_id, channel_id, persona_id)
-        finally:
-            hot = await self.cache.delete(ScopeKey.server(server_id, channel_id, persona_id))
-            self._clear_generation += 1
-        return max(durable, int(hot))
+        return await self._forget(
+            [server_channel_target(server_id, channel_id, persona_id)],
+            lambda: self.store.forget_server_channel(
+                server_id, channel_id, persona_id, now=self.clock()
+            ),
+            lambda: self.cache.delete(ScopeKey.server(server_id, channel_id, persona_id)),
+        )
 
     async def sweep(self) -> int:
         """Drop expired hot entries now; returns how many."""

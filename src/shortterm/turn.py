@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .context import Context
-from .errors import InvalidInput, StoreUnavailable
+from .errors import InvalidInput
 from .intent import has_long_term_intent
 from .model import (
     Message,
@@ -26,7 +26,7 @@ from .model import (
     check_optional_text,
 )
 from .recall import build_context
-from .store.base import ScopeMeta, ScopeRow
+from .store.base import ScopeMeta
 from .text import truncate
 from .tool import execute as _tool
 from .tool.guards import refusal as _tool_refusal
@@ -219,6 +219,9 @@ class Turn:
         history = _checked("history", history, Message)
         replies = _checked("replies", replies, Reply)
         memory = self.memory
+        # The fence first: the privacy choices read below are those of this position, and
+        # any forget after it drops what it covers from this capture, in both tiers.
+        fence = await memory.begin_write(self.user_id)
         if memory.clock() - memory._settings_checked_at >= memory.config.settings_refresh_s:
             await memory._refresh_settings()
         privacy = self.effective_privacy()
@@ -259,23 +262,11 @@ class Turn:
                 scopes.append((live, dialogue))
             if not scopes:
                 continue  # a partial-privacy user in a DM: nothing personal is kept
-            rows: Sequence[ScopeRow | None]
-            generation = memory._clear_generation
-            try:
-                rows = await memory.store.touch(
-                    [(k, meta) for k, _ in scopes], increment=live if counts else None, now=now
-                )
-                memory._store_ok()
-            except StoreUnavailable as exc:
-                # Capture serves from the hot tier during an outage; the counter step is lost
-                # and counted, never reported as done.
-                memory._store_failed("capture", exc)
-                memory._counts["degraded_captures"] += 1
-                rows = [None] * len(scopes)
-            if memory._clear_generation != generation:
-                continue  # a clear ran while the write was in flight: it wins
-            for (key, messages), row in zip(scopes, rows, strict=True):
-                await memory.cache.capture(key, messages, meta, row, now)
+            # Every persona's write carries the same fence: a forget landing during the first
+            # one's write also drops the next ones.
+            await memory.write_capture(
+                scopes, meta, increment=live if counts else None, fence=fence, now=now
+            )
         memory._counts["captures"] += 1
 
     def _admitted(self, history: Sequence[Message], now: float, cap: int) -> list[Message]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..fence import WriteFence
 from ..model import Entry, Message, ScopeKey, ScopeKind
 from ..store.base import ScopeMeta, ScopeRow
 
@@ -36,13 +37,33 @@ class HotTier(Protocol):
         meta: ScopeMeta,
         row: ScopeRow | None,
         now: float,
-    ) -> None:
+        fence: WriteFence | None = None,
+    ) -> bool:
         """Replace the messages of ``key`` (already capped by the caller) and, with ``row``,
         mirror its durable values. A capture whose row is older than the cached revision is
-        ignored: a later write already landed."""
+        ignored: a later write already landed. With ``fence``, the capture is dropped when a
+        forget recorded after ``fence.position`` covers the scope, and messages of authors
+        purged since are dropped from it — checked in the same atomic step as the write.
+        The private flag is sticky. Returns whether the capture was applied."""
 
-    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
-        """Mirror durable rows, keeping cached messages; older revisions never win."""
+    async def apply_rows(
+        self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
+    ) -> None:
+        """Mirror durable rows, keeping cached messages; older revisions never win. With
+        ``fence``, rows covered by a forget recorded after it are skipped (atomically)."""
+
+    async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
+        """Remember forget ``seq``'s targets (before its entries are evicted), so a write that
+        began before it can no longer land. Kept for the journal's retention."""
+
+    async def forget_user_target(self, target: str, now: float) -> int:
+        """A follower's purge of the user named by digest ``target``: their personal entries
+        and their messages everywhere. Returns how many entries changed."""
+
+    @property
+    def shared(self) -> bool:
+        """True when every process sees this tier (Redis): forgets made elsewhere are already
+        applied to it. False for a tier that must follow the journal itself."""
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float

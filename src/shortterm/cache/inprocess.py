@@ -8,16 +8,18 @@ it expires.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
+from ..fence import WriteFence, scope_targets, user_target
 from ..model import Entry, Message, ScopeKey, ScopeKind
-from ..store.base import ScopeMeta, ScopeRow
+from ..store.base import JOURNAL_RETENTION_S, ScopeMeta, ScopeRow
 
 __all__ = ["InProcessCache"]
 
@@ -103,8 +105,14 @@ class InProcessCache:
         self._complete_owners: OrderedDict[Owner, None] = OrderedDict()
         self._bytes = 0
         self._counts = dict.fromkeys(
-            ("hits", "misses", "stores", "evictions", "expirations", "invalidations"), 0
+            ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
+            0,
         )
+        # The fence: each target's newest forget, the order they came in (for pruning), and
+        # the newest sequence seen — a write that began at or after it needs no lookup.
+        self._tombs: dict[str, int] = {}
+        self._tomb_log: deque[tuple[float, str, int]] = deque()
+        self._tomb_head = 0
 
     # -- views and expiry -----------------------------------------------------------------
 
@@ -281,16 +289,26 @@ class InProcessCache:
         meta: ScopeMeta,
         row: ScopeRow | None,
         now: float,
-    ) -> None:
+        fence: WriteFence | None = None,
+    ) -> bool:
         kt = key.astuple
+        if fence is not None and self._tomb_head > fence.position:
+            # Everything below runs without a suspension point: the check and the write are
+            # one step, so no forget can land between them.
+            if self._covered(key, meta.server_id, meta.parent_channel_id, fence):
+                self._counts["fenced"] += 1
+                return False
+            messages = self._without_forgotten_authors(messages, fence)
         rec = self._entries.get(kt)
         if rec is None:
             rec = _Record(key, meta)
             self._insert(kt, rec)
         elif row is not None and row.revision < rec.revision:
-            return  # a newer write of this scope already landed
+            return False  # a newer write of this scope already landed
         else:
             self._entries.move_to_end(kt)
+            if rec.meta.private and not meta.private:
+                meta = dataclasses.replace(meta, private=True)  # the flag is sticky
             rec.meta = meta
         if row is not None:
             self._mirror(rec, row)
@@ -301,8 +319,47 @@ class InProcessCache:
         self._reschedule(kt, rec)
         self._counts["stores"] += 1
         self._enforce_bounds(kt)
+        return True
 
-    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+    def _covered(
+        self, key: ScopeKey, server_id: str | None, parent: str | None, fence: WriteFence
+    ) -> bool:
+        tombs, position = self._tombs, fence.position
+        targets = scope_targets(key, server_id, parent, fence.triggerer)
+        return any(tombs.get(t, 0) > position for t in targets)
+
+    def _without_forgotten_authors(
+        self, messages: tuple[Message, ...], fence: WriteFence
+    ) -> tuple[Message, ...]:
+        tombs, position = self._tombs, fence.position
+        gone = {
+            a
+            for a in {m.author_id for m in messages}
+            if a is not None and tombs.get(user_target(a), 0) > position
+        }
+        return tuple(m for m in messages if m.author_id not in gone) if gone else messages
+
+    async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
+        tombs, log = self._tombs, self._tomb_log
+        for t in targets:
+            if tombs.get(t, 0) < seq:
+                tombs[t] = seq
+            log.append((now, t, seq))
+        self._tomb_head = max(self._tomb_head, seq)
+        while log and log[0][0] < now - JOURNAL_RETENTION_S:
+            _at, t, old = log.popleft()
+            if tombs.get(t) == old:
+                del tombs[t]
+
+    async def apply_rows(
+        self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
+    ) -> None:
+        if fence is not None and self._tomb_head > fence.position:
+            rows = [
+                r
+                for r in rows
+                if not self._covered(r.key, r.meta.server_id, r.meta.parent_channel_id, fence)
+            ]
         entries = self._entries
         pending: list[tuple[float, int, Tup]] = []
         kt: Tup | None = None
@@ -405,6 +462,24 @@ class InProcessCache:
         for kt in doomed:
             self._remove(kt, "invalidations")
         return len(doomed)
+
+    async def forget_user_target(self, target: str, now: float) -> int:
+        """Drop the personal entries and the messages of the user whose digest is
+        ``target`` (a follower learning of a purge, which names the user by digest only).
+        Rare, so it may look at every owner and author."""
+        owners = [o for o in self._by_owner if o[0] == "user" and user_target(o[1]) == target]
+        authors = [a for a in self._by_author if user_target(a) == target]
+        changed = 0
+        for _kind, owner_id in owners:
+            changed += await self.delete_owner("user", owner_id)
+        for author_id in authors:
+            changed += await self.scrub_author(author_id, now)
+        return changed
+
+    @property
+    def shared(self) -> bool:
+        """False: this tier lives in one process, so it must follow the others' forgets."""
+        return False
 
     async def scrub_author(self, author_id: str, now: float) -> int:
         touched = list(self._by_author.get(author_id, ()))

@@ -59,8 +59,9 @@ from redis.exceptions import RedisError
 
 from ..config import Config
 from ..errors import ConfigError, StoreUnavailable
+from ..fence import WriteFence, author_targets, scope_targets
 from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind
-from ..store.base import ScopeMeta, ScopeRow
+from ..store.base import JOURNAL_RETENTION_S, ScopeMeta, ScopeRow
 
 __all__ = ["RedisCache"]
 
@@ -136,6 +137,20 @@ local function create(rk, ok, ck)
   redis.call('INCR', P .. 'n')
 end
 
+-- The fence (see shortterm.fence): 'tb' maps each target to its newest forget, 'th' is the
+-- newest forget recorded. A write that began at position `pos` is covered when one of its
+-- targets was forgotten later. Returns true when covered.
+local function covered(pos_s, targets_json)
+  if pos_s == '' then return false end
+  local pos = tonumber(pos_s)
+  if tonumber(redis.call('GET', P .. 'th') or '0') <= pos then return false end
+  for _, t in ipairs(cjson.decode(targets_json)) do
+    local seq = redis.call('HGET', P .. 'tb', t)
+    if seq and tonumber(seq) > pos then return true end
+  end
+  return false
+end
+
 local function remove(member)
   local rk = P .. 'e:' .. member
   local f = redis.call('HMGET', rk, 'ok', 'ck', 'au', 'size')
@@ -152,13 +167,29 @@ end
 """
 
 # ARGV: P, member, ok, ck, row_rev ('' = no row), meta, d, vexp, m, mexp, au, now, fallback,
-# margin_ms
+# margin_ms, fence position ('' = none), targets, [[author, target], ...]. Returns -1 when the
+# fence covers the scope, -2 (and the authors) when authors of the messages were purged since
+# the write began: the caller drops their messages and calls again, so the write lands only in
+# a call whose every check passed.
 _CAPTURE = (
     _PRELUDE
     + """
 local member = ARGV[2]
 local rk = P .. 'e:' .. member
-local cur = redis.call('HMGET', rk, 'rev', 'au')
+if covered(ARGV[15], ARGV[16]) then return totals(-1) end
+if ARGV[15] ~= '' and tonumber(redis.call('GET', P .. 'th') or '0') > tonumber(ARGV[15]) then
+  local gone = {}
+  for _, pair in ipairs(cjson.decode(ARGV[17])) do
+    local seq = redis.call('HGET', P .. 'tb', pair[2])
+    if seq and tonumber(seq) > tonumber(ARGV[15]) then table.insert(gone, pair[1]) end
+  end
+  if #gone > 0 then
+    local t = totals(-2)
+    t[4] = cjson.encode(gone)
+    return t
+  end
+end
+local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta')
 local row_rev = ARGV[5]
 if row_rev ~= '' and cur[1] and tonumber(cur[1]) > tonumber(row_rev) then
   return totals(0)  -- a newer write of this scope already landed
@@ -168,7 +199,12 @@ if row_rev ~= '' then
   redis.call('HSET', rk, 'rev', row_rev, 'd', ARGV[7])
   set_or_del(rk, 'vexp', ARGV[8])
 end
-redis.call('HSET', rk, 'meta', ARGV[6], 'm', ARGV[9])
+local meta = ARGV[6]
+if cur[3] and cjson.decode(cur[3])[5] == true then
+  local m = cjson.decode(meta)
+  if m[5] ~= true then m[5] = true; meta = cjson.encode(m) end  -- private is sticky
+end
+redis.call('HSET', rk, 'meta', meta, 'm', ARGV[9])
 set_or_del(rk, 'mexp', ARGV[10])
 set_authors(rk, member, cur[2], ARGV[11])
 finish(rk, member, ARGV[12], ARGV[13], tonumber(ARGV[14]))
@@ -176,12 +212,14 @@ return totals(1)
 """
 )
 
-# ARGV: P, member, ok, ck, rev, meta, d, vexp, now, fallback, margin_ms
+# ARGV: P, member, ok, ck, rev, meta, d, vexp, now, fallback, margin_ms, fence position
+# ('' = none), targets
 _APPLY = (
     _PRELUDE
     + """
 local member = ARGV[2]
 local rk = P .. 'e:' .. member
+if covered(ARGV[12], ARGV[13]) then return totals(-1) end
 local cur = redis.call('HGET', rk, 'rev')
 if cur and tonumber(cur) >= tonumber(ARGV[5]) then return totals(0) end
 if not cur then create(rk, ARGV[3], ARGV[4]) end
@@ -191,6 +229,31 @@ finish(rk, member, ARGV[9], ARGV[10], tonumber(ARGV[11]))
 return totals(1)
 """
 )
+
+# ARGV: P, seq, now, prune horizon, target... Records a forget's targets, then prunes the ones
+# older than the journal's retention.
+_RECORD_FORGET = """
+local P = ARGV[1]
+local seq = tonumber(ARGV[2])
+for i = 5, #ARGV do
+  local cur = redis.call('HGET', P .. 'tb', ARGV[i])
+  if not cur or tonumber(cur) < seq then redis.call('HSET', P .. 'tb', ARGV[i], ARGV[2]) end
+  redis.call('ZADD', P .. 'tl', ARGV[3], ARGV[2] .. ' ' .. ARGV[i])
+end
+if seq > tonumber(redis.call('GET', P .. 'th') or '0') then
+  redis.call('SET', P .. 'th', ARGV[2])
+end
+local old = redis.call('ZRANGEBYSCORE', P .. 'tl', '-inf', '(' .. ARGV[4], 'LIMIT', 0, 1000)
+for _, m in ipairs(old) do
+  local sp = string.find(m, ' ', 1, true)
+  local t = string.sub(m, sp + 1)
+  if redis.call('HGET', P .. 'tb', t) == string.sub(m, 1, sp - 1) then
+    redis.call('HDEL', P .. 'tb', t)
+  end
+  redis.call('ZREM', P .. 'tl', m)
+end
+return 1
+"""
 
 # ARGV: P, member
 _DELETE = _PRELUDE + "return totals(remove(ARGV[2]))"
@@ -331,8 +394,12 @@ def _messages_json(at: float, messages: Sequence[Message]) -> str:
     )
 
 
+def _authors(messages: Sequence[Message]) -> list[str]:
+    return sorted({m.author_id for m in messages if m.author_id is not None})
+
+
 def _authors_json(messages: Sequence[Message]) -> str:
-    return _dumps(sorted({m.author_id for m in messages if m.author_id is not None}))
+    return _dumps(_authors(messages))
 
 
 def _decode_messages(raw: list[Any]) -> tuple[Message, ...]:
@@ -413,10 +480,12 @@ class RedisCache:
         self._owner = client.register_script(_OWNER)
         self._authored = client.register_script(_AUTHORED)
         self._rewrite = client.register_script(_REWRITE)
+        self._record_forget = client.register_script(_RECORD_FORGET)
         self._entries = 0
         self._bytes = 0
         self._counts = dict.fromkeys(
-            ("hits", "misses", "stores", "evictions", "expirations", "invalidations"), 0
+            ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
+            0,
         )
 
     @classmethod
@@ -563,30 +632,56 @@ class RedisCache:
         meta: ScopeMeta,
         row: ScopeRow | None,
         now: float,
-    ) -> None:
+        fence: WriteFence | None = None,
+    ) -> bool:
         d, vexp = self._durable(row) if row is not None else ("", "")
-        args = [
-            self.prefix,
-            _member(key),
-            self._owner_key(key.kind, key.owner_id),
-            self._channel_key(key.channel_id),
-            str(row.revision) if row is not None else "",
-            _meta_json(meta),
-            d,
-            vexp,
-            _messages_json(now, messages),
-            _f(now + self.crude_ttl_s) if messages else "",
-            _authors_json(messages),
-            _f(now),
-            _f(now + self.crude_ttl_s),
-            self._margin_ms,
-        ]
-        self._totals(await self._call("capture", self._capture(args=args)))
-        self._counts["stores"] += 1
+        position, targets = "", "[]"
+        if fence is not None:
+            position = str(fence.position)
+            targets = _dumps(
+                scope_targets(key, meta.server_id, meta.parent_channel_id, fence.triggerer)
+            )
+        for _attempt in range(3):
+            authors = [[a, t] for a, t in author_targets(_authors(messages)).items()]
+            args = [
+                self.prefix,
+                _member(key),
+                self._owner_key(key.kind, key.owner_id),
+                self._channel_key(key.channel_id),
+                str(row.revision) if row is not None else "",
+                _meta_json(row.meta if row is not None else meta),
+                d,
+                vexp,
+                _messages_json(now, messages),
+                _f(now + self.crude_ttl_s) if messages else "",
+                _authors_json(messages),
+                _f(now),
+                _f(now + self.crude_ttl_s),
+                self._margin_ms,
+                position,
+                targets,
+                _dumps(authors),
+            ]
+            reply = await self._call("capture", self._capture(args=args))
+            outcome = self._totals(reply)
+            if outcome == -2:  # purged authors: their messages go, the rest is tried again
+                gone = set(json.loads(reply[3]))
+                messages = tuple(m for m in messages if m.author_id not in gone)
+                continue
+            if outcome == -1:
+                self._counts["fenced"] += 1
+                return False
+            self._counts["stores"] += 1
+            return outcome == 1
+        return False  # purges kept landing during this capture: let them win
 
-    def _apply_args(self, row: ScopeRow, now: float) -> list[str]:
+    def _apply_args(self, row: ScopeRow, now: float, fence: WriteFence | None) -> list[str]:
         d, vexp = self._durable(row)
         key = row.key
+        targets = "[]"
+        if fence is not None:
+            m = row.meta
+            targets = _dumps(scope_targets(key, m.server_id, m.parent_channel_id, fence.triggerer))
         return [
             self.prefix,
             _member(key),
@@ -599,20 +694,38 @@ class RedisCache:
             _f(now),
             _f(now + self.crude_ttl_s),
             self._margin_ms,
+            "" if fence is None else str(fence.position),
+            targets,
         ]
 
-    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+    async def apply_rows(
+        self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
+    ) -> None:
         if not rows:
             return
         if len(rows) == 1:
-            reply = await self._call("row write", self._apply(args=self._apply_args(rows[0], now)))
+            reply = await self._call(
+                "row write", self._apply(args=self._apply_args(rows[0], now, fence))
+            )
             self._totals(reply)
             return
         pipe = self.client.pipeline(transaction=False)
         for row in rows:
-            await self._apply(args=self._apply_args(row, now), client=pipe)
+            await self._apply(args=self._apply_args(row, now, fence), client=pipe)
         replies = await self._call("row write", pipe.execute())
         self._totals(replies[-1])
+
+    async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
+        args = [self.prefix, str(seq), _f(now), _f(now - JOURNAL_RETENTION_S), *targets]
+        await self._call("forget record", self._record_forget(args=args))
+
+    async def forget_user_target(self, target: str, now: float) -> int:
+        """Nothing to do: the process that purged the user already did it here."""
+        return 0
+
+    @property
+    def shared(self) -> bool:
+        return True
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float

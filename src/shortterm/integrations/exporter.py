@@ -788,6 +788,7 @@ async def _write(
         return report(None, 0, [], "no dialogue messages to import")
 
     # Merge with what the scope holds (a live turn may have captured newer messages).
+    fence = await memory.begin_write()
     existing = await memory.get(key)
     held = existing.messages if existing is not None else ()
     ids = {m.message_id for m in held if m.message_id is not None}
@@ -807,13 +808,12 @@ async def _write(
         persona_lineage_id=lineage,
     )
     now = memory.clock()
-    generation = memory._clear_generation
-    # The same two steps as a turn's capture: the durable row (awaited, so a failing store
-    # raises before anything is cached), then the hot tier's messages.
-    [row] = await memory.store.touch([(key, meta)], increment=None, now=now)
-    if memory._clear_generation != generation:
+    # The same one write as a turn's capture (the durable row, awaited, then the hot tier's
+    # messages), fenced where the merge above began.
+    if not await memory.write_capture(
+        [(key, tuple(keep))], meta, increment=None, fence=fence, now=now
+    ):
         return report(None, 0, [], "the channel was cleared while importing")
-    await memory.cache.capture(key, tuple(keep), meta, row, now)
     return report(key, len(keep), taken, None)
 
 

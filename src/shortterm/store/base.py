@@ -10,11 +10,32 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
+from ..fence import JournalEntry, WriteFence
 from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
 
-__all__ = ["DistilledWrite", "ScopeMeta", "ScopeRow", "ServerSummary", "Store"]
+__all__ = [
+    "JOURNAL_RETENTION_S",
+    "DistilledWrite",
+    "Forgotten",
+    "ScopeMeta",
+    "ScopeRow",
+    "ServerSummary",
+    "Store",
+]
+
+# How long journal entries and fence rows are kept: far longer than any write stays in flight
+# and than any hot value lives (summaries expire after a day by default), so a follower that
+# missed a pruned entry can only hold values that have expired anyway.
+JOURNAL_RETENTION_S = 7 * 86400.0
+
+
+class Forgotten(NamedTuple):
+    """What a forget did: its journal sequence number and the durable rows it deleted."""
+
+    seq: int
+    rows: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +111,13 @@ class Store(Protocol):
         *,
         increment: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         """Ensure each scope's row exists with ``meta`` written, and add one to the counter of
-        ``increment`` (one of ``scopes``) — all in one transaction. Returns the rows, in order."""
+        ``increment`` (one of ``scopes``) — all in one transaction. Returns the rows, in order.
+        With ``fence``, a scope covered by a forget journaled after ``fence.position`` is left
+        alone and missing from the result (checked atomically with the write). The private
+        flag is sticky: a write never turns a private row public."""
 
     async def write_distilled(
         self,
@@ -101,10 +126,12 @@ class Store(Protocol):
         *,
         reset_counter: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         """Apply ``change`` to every scope (creating rows as needed) and zero the counter of
         ``reset_counter``: all or nothing. Returns the rows, in order. A ``None`` meta (an
-        admin edit) keeps the stored metadata."""
+        admin edit) keeps the stored metadata. With ``fence``, fenced scopes are skipped as in
+        :meth:`touch`, and each written row is journaled as an ``edit`` for followers."""
 
     async def load(self, key: ScopeKey) -> ScopeRow | None: ...
 
@@ -123,7 +150,9 @@ class Store(Protocol):
         """Stream every row, in batches of at most ``batch_rows`` (export). Each batch is its
         own short query, so no transaction stays open while the caller works on one."""
 
-    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
         """Write whole rows as given (import): metadata, values, their timestamps, the counter
         and ``updated_at`` replace what is stored; ``revision`` grows past the stored one.
         All rows or none, in one transaction. Keys must be distinct. Returns the rows as
@@ -133,27 +162,58 @@ class Store(Protocol):
         """Stream, in batches, the rows whose summary or categories were written after
         ``since`` (hydration). Memory use is bounded by ``batch_rows``."""
 
-    async def delete_channel(self, channel_id: str) -> int: ...
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        """Journal the forget (with its fence target) and delete every row of the channel, in
+        one transaction; when it returns, no purged byte is left where the backend can
+        promise it (SQLite: file, WAL and shared memory)."""
 
-    async def delete_user_scopes(self, user_id: str) -> int: ...
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        """Journal the forget and delete the user's personal rows, the journal entries that
+        name them and their settings row — or, with ``keep`` (a FULL choice), store ``keep``
+        as their settings in the same transaction."""
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        """Journal the forget and delete that one server-scope row."""
+
+    async def delete_channel(self, channel_id: str) -> int:
+        """:meth:`forget_channel` now; returns the rows deleted."""
+
+    async def delete_user_scopes(self, user_id: str) -> int:
+        """:meth:`forget_user` keeping the stored settings; returns the rows deleted."""
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int: ...
+    ) -> int:
+        """:meth:`forget_server_channel` now; returns the rows deleted."""
+
+    def journal_moved(self) -> bool:
+        """Cheap, no I/O worth counting: False only when no other process can have journaled
+        anything since the last call (True when the backend cannot tell)."""
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        """Journal entries after ``seq``, oldest first, at most ``limit``."""
+
+    async def journal_head(self) -> int:
+        """The newest journal sequence number (0 for none)."""
 
     async def janitor(self, *, untouched_since: float) -> int:
         """Delete rows whose ``updated_at`` is older than ``untouched_since``."""
 
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> None: ...
+    ) -> int:
+        """Store the settings and journal the change (fencing every channel that turns
+        private) in one transaction; returns the journal sequence number."""
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         """Settings of the servers changed at or after ``since`` (all of them for 0)."""
 
-    async def save_user_settings(
-        self, user_id: str, settings: UserSettings, *, now: float
-    ) -> None: ...
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        """Store the settings and journal the change; returns the sequence number."""
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]: ...
 

@@ -12,8 +12,18 @@ import itertools
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
-from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ..fence import (
+    JournalEntry,
+    JournalKind,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
+)
+from ..model import Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
+from .base import DistilledWrite, Forgotten, ScopeMeta, ScopeRow, ServerSummary
 
 __all__ = ["MemoryStore", "merge_categories"]
 
@@ -46,7 +56,7 @@ def _keep_known(old: ScopeMeta, new: ScopeMeta) -> ScopeMeta:
         parent_channel_id=new.parent_channel_id
         if new.parent_channel_id is not None
         else old.parent_channel_id,
-        private=new.private,
+        private=new.private or old.private,  # sticky, as in SQL
         persona_lineage_id=new.persona_lineage_id
         if new.persona_lineage_id is not None
         else old.persona_lineage_id,
@@ -73,7 +83,28 @@ class MemoryStore:
         self._births = itertools.count()
         self._servers: dict[str, tuple[ServerSettings, float]] = {}
         self._users: dict[str, tuple[UserSettings, float]] = {}
+        # The journal and the fence: every forget's newest sequence per target.
+        self._journal: list[JournalEntry] = []
+        self._fence: dict[str, int] = {}
+        self._seqs = itertools.count(1)
         self.closed = False
+
+    def _append(
+        self, kind: JournalKind, subject: Sequence[str | None], targets: Sequence[str]
+    ) -> int:
+        seq = next(self._seqs)
+        self._journal.append(JournalEntry(seq, kind, tuple(subject), tuple(targets)))
+        for t in targets:
+            self._fence[t] = seq
+        return seq
+
+    def _fenced(self, key: ScopeKey, meta: ScopeMeta | None, fence: WriteFence | None) -> bool:
+        if fence is None:
+            return False
+        server_id = meta.server_id if meta is not None else _server_of(key)
+        parent = meta.parent_channel_id if meta is not None else None
+        targets = scope_targets(key, server_id, parent, fence.triggerer)
+        return any(self._fence.get(t, 0) > fence.position for t in targets)
 
     async def migrate(self) -> list[str]:
         return []
@@ -141,9 +172,14 @@ class MemoryStore:
         *,
         increment: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         live = increment.astuple if increment is not None else None
-        return [self._upsert(key, meta, now, inc=int(key.astuple == live)) for key, meta in scopes]
+        return [
+            self._upsert(key, meta, now, inc=int(key.astuple == live))
+            for key, meta in scopes
+            if not self._fenced(key, meta, fence)
+        ]
 
     async def write_distilled(
         self,
@@ -152,9 +188,12 @@ class MemoryStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         out = []
         for key, meta in scopes:
+            if self._fenced(key, meta, fence):
+                continue
             old = self._rows.get(key.astuple)
             changes: dict[str, Any] = {}
             if change.set_summary:
@@ -171,6 +210,8 @@ class MemoryStore:
         # Every row is computed before any is stored: all scopes change, or none does.
         for row in out:
             self._store(row)
+            if fence is not None:
+                self._append("edit", row.key.astuple, ())
         return out
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
@@ -208,14 +249,20 @@ class MemoryStore:
         for start in range(0, len(rows), batch_rows):
             yield rows[start : start + batch_rows]
 
-    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
         out = []
         for row in rows:
+            if self._fenced(row.key, row.meta, fence):
+                continue
             old = self._rows.get(row.key.astuple)
             revision = old.revision + 1 if old is not None else 1
             out.append(dataclasses.replace(row, categories=dict(row.categories), revision=revision))
         for row in out:
             self._store(row)
+            if fence is not None:
+                self._append("edit", row.key.astuple, ())
         return out
 
     async def iter_distilled(
@@ -246,30 +293,77 @@ class MemoryStore:
                 del self._server_ids[bisect.bisect_left(self._server_ids, t[1])]
         return count
 
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        seq = self._append("channel", [channel_id], [channel_target(channel_id)])
+        return Forgotten(seq, self._delete(self._by_channel.get(channel_id, ())))
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        target = user_target(user_id)
+        seq = self._append("user", [target], [target])
+        self._journal = [
+            e
+            for e in self._journal
+            if not (e.kind == "edit" and e.subject[:2] == ("user", user_id))
+        ]
+        if keep is None:
+            self._users.pop(user_id, None)
+        else:
+            self._users[user_id] = (keep, now)
+        return Forgotten(seq, self._delete(self._by_owner.get(("user", user_id), ())))
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        target = server_channel_target(server_id, channel_id, persona_id)
+        seq = self._append("server_channel", [server_id, channel_id, persona_id], [target])
+        return Forgotten(seq, self._delete([("server", server_id, channel_id, persona_id)]))
+
     async def delete_channel(self, channel_id: str) -> int:
-        return self._delete(self._by_channel.get(channel_id, ()))
+        return (await self.forget_channel(channel_id, now=0.0)).rows
 
     async def delete_user_scopes(self, user_id: str) -> int:
-        return self._delete(self._by_owner.get(("user", user_id), ()))
+        kept = self._users.get(user_id)
+        keep = kept[0] if kept is not None else None
+        return (await self.forget_user(user_id, keep=keep, now=kept[1] if kept else 0.0)).rows
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
     ) -> int:
-        return self._delete([("server", server_id, channel_id, persona_id)])
+        return (await self.forget_server_channel(server_id, channel_id, persona_id, now=0.0)).rows
 
     async def janitor(self, *, untouched_since: float) -> int:
         return self._delete([t for t, r in self._rows.items() if r.updated_at < untouched_since])
 
+    def journal_moved(self) -> bool:
+        return False  # one process owns this store: it journals nothing it does not know
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        start = bisect.bisect_right([e.seq for e in self._journal], seq)
+        return self._journal[start : start + limit]
+
+    async def journal_head(self) -> int:
+        return self._journal[-1].seq if self._journal else 0
+
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> None:
+    ) -> int:
+        old = self._servers.get(server_id)
+        was_private = old[0].private_channel_ids if old is not None else frozenset()
         self._servers[server_id] = (settings, now)
+        newly = sorted(settings.private_channel_ids - was_private)
+        return self._append(
+            "server_settings", [server_id], [private_target(server_id, c) for c in newly]
+        )
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         return {sid: s for sid, (s, at) in self._servers.items() if at >= since}
 
-    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> None:
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         self._users[user_id] = (settings, now)
+        full = settings.privacy is Privacy.FULL
+        return self._append("user_settings", [], [user_target(user_id)] if full else [])
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         return {uid: s for uid, (s, at) in self._users.items() if at >= since}

@@ -31,8 +31,10 @@ options such as ``application_name`` or ``connect_timeout`` pass through.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeAlias
@@ -43,10 +45,26 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import ConfigError, StoreUnavailable
+from ..fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
+)
 from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
 from ..text import clean_text
 from . import migrations
-from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from .base import (
+    JOURNAL_RETENTION_S,
+    DistilledWrite,
+    Forgotten,
+    ScopeMeta,
+    ScopeRow,
+    ServerSummary,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -99,7 +117,7 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     server_name = COALESCE(%(server_name)s::text, s.server_name),
     channel_name = COALESCE(%(channel_name)s::text, s.channel_name),
     parent_channel_id = COALESCE(%(parent)s::text, s.parent_channel_id),
-    private = COALESCE(%(private)s::boolean, s.private),
+    private = COALESCE(%(private)s::boolean OR s.private, s.private),
     persona_lineage_id = COALESCE(%(lineage)s::text, s.persona_lineage_id),
     summary = CASE WHEN %(set_summary)s::boolean THEN %(summary)s::text ELSE s.summary END,
     summary_at = CASE WHEN %(set_summary)s::boolean THEN %(summary_at)s::float8
@@ -136,6 +154,19 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     revision = s.revision + 1, updated_at = excluded.updated_at
 RETURNING {_COLS}
 """
+
+# The fenced upsert: the same row, kept only while no forget journaled after the write's
+# position covers one of its targets. `lk` (the statement's first CTE, which every upsert reads)
+# takes the shared fence lock first; forgets take it exclusively, so a forget waits for the
+# writes in flight and a write that started during a forget waits for it. `fence_clear` is
+# VOLATILE, so its check sees every forget committed before the lock was granted.
+_FENCED_UPSERT = _UPSERT.replace("VALUES (", "SELECT ", 1).replace(
+    "%(now)s::float8, %(now)s::float8)\nON CONFLICT",
+    "%(now)s::float8, %(now)s::float8\nFROM lk WHERE {t}fence_clear(%(targets)s::text[], "
+    "%(fence)s::bigint)\nON CONFLICT",
+    1,
+)
+assert "fence_clear" in _FENCED_UPSERT
 
 _KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
 
@@ -343,8 +374,15 @@ class PostgresStore:
         t = f'"{schema}".' if schema else ""
         self._t = t
         self._upsert = _UPSERT.format(t=t)
+        self._fenced_upsert = _FENCED_UPSERT.format(t=t)
+        self._fence_lock = _lock_key(f"shortterm.fence:{schema or ''}")
+        self._journal_lock = _lock_key(f"shortterm.journal:{schema or ''}")
+        self._channel = f"stm_{_lock_key(schema or 'public') & 0xFFFFFFFFFFFF:x}"
+        self._listener: asyncio.Task[None] | None = None
+        self._heard = 0  # the newest sequence NOTIFY announced
+        self._listening = False
         self._put = _PUT.format(t=t)
-        self._multi: dict[int, str] = {}
+        self._multi: dict[tuple[int, bool, bool], str] = {}
         self._lock_name = f"shortterm.migrate:{schema or ''}"
 
     @classmethod
@@ -384,6 +422,7 @@ class PostgresStore:
     async def _conn(self, what: str) -> AsyncIterator[Conn]:
         if self._closed:
             raise StoreUnavailable("PostgreSQL store is closed")
+        sent = False  # once the caller has the connection, a failure is ambiguous
         try:
             # The bound covers the caller's statements too: they run while we are suspended
             # at the yield, in the same task.
@@ -392,16 +431,21 @@ class PostgresStore:
                     await self.pool.open(wait=True, timeout=self.pool.timeout)
                     self._opened = True
                 async with self.pool.connection() as conn:
+                    sent = True
                     yield conn
         except TimeoutError as exc:
             raise StoreUnavailable(
                 f"PostgreSQL {what} got no answer within {self.operation_timeout_s:g} s "
-                "(operation_timeout_s)"
+                "(operation_timeout_s)",
+                maybe_applied=sent,
             ) from exc
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 await self._recheck()
-            raise StoreUnavailable(f"PostgreSQL {what} failed: {exc}") from exc
+            raise StoreUnavailable(
+                f"PostgreSQL {what} failed: {exc}",
+                maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
+            ) from exc
 
     async def _recheck(self) -> None:
         # A dropped connection often means its idle siblings were dropped too (a server
@@ -414,24 +458,64 @@ class PostgresStore:
         async with self._conn(what) as conn, conn.transaction():
             yield conn
 
-    def _multi_upsert(self, n: int) -> str:
+    def _multi_upsert(self, n: int, *, fenced: bool = False, journaled: bool = False) -> str:
         """One statement upserting ``n`` rows, each in its own data-modifying CTE.
 
         A statement is atomic on its own, so several scopes cost one round trip and no
         BEGIN/COMMIT; each CTE's ON CONFLICT clause locks and reads its own row, so counters
-        and category merges stay exact under concurrency."""
-        sql = self._multi.get(n)
+        and category merges stay exact under concurrency. ``fenced``: the rows go through the
+        fence (see ``_FENCED_UPSERT``); ``journaled``: each written row is also journaled as
+        an edit, under the journal lock, so journal sequence numbers commit in order."""
+        sql = self._multi.get((n, fenced, journaled))
         if sql is None:
             ctes = []
+            if fenced:
+                locks = "pg_advisory_xact_lock_shared(%(fence_lock)s::bigint)"
+                if journaled:
+                    locks += ", pg_advisory_xact_lock(%(journal_lock)s::bigint)"
+                ctes.append(f"lk AS MATERIALIZED (SELECT {locks})")
+            body_sql = self._fenced_upsert if fenced else self._upsert
             for i in range(n):
-                body = _PARAM.sub(rf"%(\1_{i})s", self._upsert.strip())
+                body = _PARAM.sub(rf"%(\1_{i})s", body_sql.strip())
                 ctes.append(f"r{i} AS ({body})")
+            if journaled:
+                written = " UNION ALL ".join(
+                    f"SELECT kind, owner_id, channel_id, persona_id FROM r{i}" for i in range(n)
+                )
+                ctes.append(
+                    f"j AS (INSERT INTO {self._t}journal (kind, subject, subject_user, at) "
+                    "SELECT 'edit', jsonb_build_array(w.kind, w.owner_id, w.channel_id, "
+                    "w.persona_id), CASE WHEN w.kind = 'user' THEN w.owner_id END, "
+                    f"%(journal_at)s::float8 FROM ({written}) AS w)"
+                )
             union = " UNION ALL ".join(f"SELECT {i} AS i, * FROM r{i}" for i in range(n))
-            sql = self._multi[n] = f"WITH {', '.join(ctes)} {union} ORDER BY i"
+            if journaled:
+                ctes.append(f"n AS (SELECT pg_notify('{self._channel}', ''))")
+                union = f"SELECT u.* FROM ({union}) AS u CROSS JOIN n"
+            sql = f"WITH {', '.join(ctes)} {union} ORDER BY i"
+            self._multi[(n, fenced, journaled)] = sql
         return sql
 
-    async def _upsert_many(self, what: str, params: list[dict[str, Any]]) -> list[ScopeRow]:
-        if len(params) == 1:
+    async def _upsert_many(
+        self,
+        what: str,
+        params: list[dict[str, Any]],
+        fence: WriteFence | None = None,
+        *,
+        journaled: bool = False,
+    ) -> list[ScopeRow]:
+        if fence is not None:
+            for p in params:
+                p["fence"] = fence.position
+                p["targets"] = list(_targets_of(p, fence))
+        extra: dict[str, Any] = {}
+        if fence is not None:
+            extra["fence_lock"] = self._fence_lock
+            extra["journal_lock"] = self._journal_lock
+            extra["journal_at"] = params[0]["now"] if params else 0.0
+        fenced = fence is not None
+        journaled = journaled and fenced
+        if len(params) == 1 and not fenced:
             async with self._conn(what) as conn:
                 cur = await conn.execute(self._upsert, params[0])
                 return [_row(_one(await cur.fetchone()))]
@@ -442,22 +526,65 @@ class PostgresStore:
             async with self._tx(what) as conn:
                 out = []
                 for p in params:
-                    cur = await conn.execute(self._upsert, p)
-                    out.append(_row(_one(await cur.fetchone())))
+                    one = {f"{name}_0": value for name, value in p.items()} | extra
+                    sql = self._multi_upsert(1, fenced=fenced, journaled=journaled)
+                    cur = await conn.execute(sql, one)
+                    found = await cur.fetchone()
+                    if found is not None:
+                        out.append(_row(found[1:]))
                 return out
         # Rows are locked in key order, whatever the caller's order, so two writers of
         # overlapping scopes can never deadlock.
         order = sorted(range(len(params)), key=keys.__getitem__)
-        merged: dict[str, Any] = {}
+        merged: dict[str, Any] = dict(extra)
         for i, j in enumerate(order):
             merged.update({f"{name}_{i}": value for name, value in params[j].items()})
         async with self._conn(what) as conn:
-            cur = await conn.execute(self._multi_upsert(len(params)), merged)
+            sql = self._multi_upsert(len(params), fenced=fenced, journaled=journaled)
+            cur = await conn.execute(sql, merged)
             result = await cur.fetchall()
         rows: list[ScopeRow | None] = [None] * len(params)
         for r in result:
             rows[order[r[0]]] = _row(r[1:])
+        if fenced:
+            return [r for r in rows if r is not None]
         return [_one_row(r) for r in rows]
+
+    async def _journal(
+        self,
+        conn: Conn,
+        kind: str,
+        subject: Sequence[str | None],
+        targets: Sequence[str],
+        now: float,
+    ) -> int:
+        """Append one journal entry and its fence rows, inside the caller's transaction,
+        which must hold the exclusive fence and journal locks (see :meth:`_forget_tx`)."""
+        cur = await conn.execute(
+            f"INSERT INTO {self._t}journal (kind, subject, targets, at) "
+            "VALUES (%s, %s, %s, %s) RETURNING seq",
+            (kind, _jsonb(list(subject)), _jsonb(list(targets)), now),
+        )
+        seq = int(_one(await cur.fetchone())[0])
+        if targets:
+            await conn.execute(
+                f"INSERT INTO {self._t}fence SELECT t, %s, %s FROM unnest(%s::text[]) AS t "
+                "ON CONFLICT DO NOTHING",
+                (seq, now, list(targets)),
+            )
+        return seq
+
+    @asynccontextmanager
+    async def _forget_tx(self, what: str) -> AsyncIterator[Conn]:
+        """A transaction holding the fence lock exclusively (no fenced write is in flight
+        while it runs) and the journal lock (sequence numbers commit in order)."""
+        async with self._tx(what) as conn:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s::bigint), pg_advisory_xact_lock(%s::bigint)",
+                (self._fence_lock, self._journal_lock),
+            )
+            yield conn
+            await conn.execute(f"SELECT pg_notify('{self._channel}', '')")
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -512,6 +639,7 @@ class PostgresStore:
         *,
         increment: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         params = []
         for key, meta in scopes:
@@ -519,7 +647,7 @@ class PostgresStore:
             if increment is not None and key == increment:
                 p["inc"] = 1
             params.append(p)
-        return await self._upsert_many("capture upsert", params)
+        return await self._upsert_many("capture upsert", params, fence)
 
     async def write_distilled(
         self,
@@ -528,6 +656,7 @@ class PostgresStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         summary = _clean(change.summary)
         patch = None if change.categories is None else _jsonb(change.categories)
@@ -544,7 +673,7 @@ class PostgresStore:
             if reset_counter is not None and key == reset_counter:
                 p["reset"] = 1
             params.append(p)
-        return await self._upsert_many("distilled write", params)
+        return await self._upsert_many("distilled write", params, fence, journaled=True)
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         async with self._conn("load") as conn:
@@ -590,20 +719,54 @@ class PostgresStore:
             if len(rows) < batch_rows:
                 return
 
-    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
         if not rows:
             return []
         params = [_put_params(row) for row in rows]
-        # One transaction; executemany pipelines the statements, so a batch costs about one
-        # round trip rather than one per row.
-        async with self._tx("row import") as conn, conn.cursor() as cur:
-            await cur.executemany(self._put, params, returning=True)
-            out = []
-            while True:
-                out.append(_row(_one(await cur.fetchone())))
-                if not cur.nextset():
-                    break
-        return out
+        if fence is None:
+            # One transaction; executemany pipelines the statements, so a batch costs about
+            # one round trip rather than one per row.
+            async with self._tx("row import") as conn, conn.cursor() as cur:
+                await cur.executemany(self._put, params, returning=True)
+                out = []
+                while True:
+                    out.append(_row(_one(await cur.fetchone())))
+                    if not cur.nextset():
+                        break
+            return out
+        written = []
+        async with self._tx("row import") as conn:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s::bigint), "
+                "pg_advisory_xact_lock(%s::bigint)",
+                (self._fence_lock, self._journal_lock),
+            )
+            for row, p in zip(rows, params, strict=True):
+                m = row.meta
+                targets = scope_targets(row.key, m.server_id, m.parent_channel_id, fence.triggerer)
+                cur = await conn.execute(
+                    f"SELECT {self._t}fence_clear(%s::text[], %s::bigint)",
+                    (list(targets), fence.position),
+                )
+                if not _one(await cur.fetchone())[0]:
+                    continue
+                cur = await conn.execute(self._put, p)
+                written.append(_row(_one(await cur.fetchone())))
+            for r in written:
+                k = r.key
+                await conn.execute(
+                    f"INSERT INTO {self._t}journal (kind, subject, subject_user, at) "
+                    "VALUES ('edit', %s, %s, %s)",
+                    (
+                        _jsonb(list(k.astuple)),
+                        k.owner_id if k.kind == "user" else None,
+                        r.updated_at,
+                    ),
+                )
+            await conn.execute(f"SELECT pg_notify('{self._channel}', '')")
+        return written
 
     async def iter_distilled(
         self, *, since: float, batch_rows: int
@@ -632,39 +795,132 @@ class PostgresStore:
             cur = await conn.execute(sql, args)
             return cur.rowcount
 
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        async with self._forget_tx("channel delete") as conn:
+            seq = await self._journal(
+                conn, "channel", [channel_id], [channel_target(channel_id)], now
+            )
+            cur = await conn.execute(
+                f"DELETE FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
+            )
+            return Forgotten(seq, cur.rowcount)
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        target = user_target(user_id)
+        t = self._t
+        async with self._forget_tx("user delete") as conn:
+            seq = await self._journal(conn, "user", [target], [target], now)
+            cur = await conn.execute(
+                f"DELETE FROM {t}scopes WHERE kind = 'user' AND owner_id = %s", (user_id,)
+            )
+            await conn.execute(f"DELETE FROM {t}journal WHERE subject_user = %s", (user_id,))
+            if keep is None:
+                await conn.execute(f"DELETE FROM {t}user_settings WHERE user_id = %s", (user_id,))
+            else:
+                await self._save_user(conn, user_id, keep, now)
+            return Forgotten(seq, cur.rowcount)
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        key = ScopeKey.server(server_id, channel_id, persona_id)
+        target = server_channel_target(server_id, channel_id, persona_id)
+        async with self._forget_tx("server channel delete") as conn:
+            seq = await self._journal(conn, "server_channel", key.astuple[1:], [target], now)
+            cur = await conn.execute(
+                f"DELETE FROM {self._t}scopes WHERE {_KEY_WHERE}", _key_args(key)
+            )
+            return Forgotten(seq, cur.rowcount)
+
     async def delete_channel(self, channel_id: str) -> int:
-        return await self._delete(
-            "channel delete", f"DELETE FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
-        )
+        return (await self.forget_channel(channel_id, now=time.time())).rows
 
     async def delete_user_scopes(self, user_id: str) -> int:
-        return await self._delete(
-            "user delete",
-            f"DELETE FROM {self._t}scopes WHERE kind = 'user' AND owner_id = %s",
-            (user_id,),
-        )
+        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
+        async with self._conn("user settings read") as conn:
+            cur = await conn.execute(
+                f"SELECT privacy, cross_server_opt_in FROM {self._t}user_settings "
+                "WHERE user_id = %s",
+                (user_id,),
+            )
+            found = await cur.fetchone()
+        keep = None if found is None else UserSettings(Privacy(found[0]), bool(found[1]))
+        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
     ) -> int:
-        return await self._delete(
-            "server channel delete",
-            f"DELETE FROM {self._t}scopes WHERE {_KEY_WHERE}",
-            _key_args(ScopeKey.server(server_id, channel_id, persona_id)),
+        forgotten = await self.forget_server_channel(
+            server_id, channel_id, persona_id, now=time.time()
         )
+        return forgotten.rows
 
     async def janitor(self, *, untouched_since: float) -> int:
-        return await self._delete(
-            "janitor",
-            f"DELETE FROM {self._t}scopes WHERE updated_at < %s",
-            (untouched_since,),
-        )
+        t = self._t
+        horizon = max(untouched_since, time.time() - JOURNAL_RETENTION_S)
+        async with self._tx("janitor") as conn:
+            cur = await conn.execute(
+                f"DELETE FROM {t}scopes WHERE updated_at < %s", (untouched_since,)
+            )
+            await conn.execute(f"DELETE FROM {t}journal WHERE at < %s", (horizon,))
+            await conn.execute(f"DELETE FROM {t}fence WHERE at < %s", (horizon,))
+            return cur.rowcount
+
+    # -- the journal ----------------------------------------------------------------------
+
+    def journal_moved(self) -> bool:
+        """True when NOTIFY announced a change since the last call. The listening connection
+        counts one announcement each time it (re)connects, so whatever was journaled while it
+        was away is read then. No query: an outage costs no extra wait here."""
+        if self._listener is None and not self._closed:
+            self._listener = asyncio.get_running_loop().create_task(
+                self._listen(), name="shortterm-journal-listener"
+            )
+        heard, self._heard = self._heard, 0
+        return heard > 0
+
+    async def _listen(self) -> None:
+        """Hold one connection LISTENing for journal changes; reconnect after a failure."""
+        conninfo = self.pool.conninfo
+        if not isinstance(conninfo, str):
+            return  # a computed conninfo: journal_moved polls on every call instead
+        while not self._closed:
+            try:
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                async with conn:
+                    await conn.execute(f'LISTEN "{self._channel}"')
+                    self._heard += 1  # anything committed before LISTEN is read once more
+                    self._listening = True
+                    async for _ in conn.notifies():
+                        self._heard += 1
+            except (psycopg.Error, OSError):
+                pass  # journal_moved says True meanwhile; try again shortly
+            finally:
+                self._listening = False
+            await asyncio.sleep(0.5)
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        async with self._conn("journal read") as conn:
+            cur = await conn.execute(
+                f"SELECT seq, kind, subject, targets FROM {self._t}journal WHERE seq > %s "
+                "ORDER BY seq LIMIT %s",
+                (seq, limit),
+            )
+            rows = await cur.fetchall()
+        return [JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
+
+    async def journal_head(self) -> int:
+        async with self._conn("journal read") as conn:
+            cur = await conn.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {self._t}journal")
+            return int(_one(await cur.fetchone())[0])
 
     # -- settings -------------------------------------------------------------------------
 
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> None:
+    ) -> int:
         s = settings
         t = self._t
         upsert = (
@@ -689,7 +945,13 @@ class PostgresStore:
         )
         labels = [clean_text(c.label) for c in s.categories]
         descriptions = [clean_text(c.description) for c in s.categories]
-        async with self._tx("server settings write") as conn:
+        async with self._forget_tx("server settings write") as conn:
+            cur = await conn.execute(
+                f"SELECT private_channel_ids FROM {t}server_settings WHERE server_id = %s",
+                (server_id,),
+            )
+            old = await cur.fetchone()
+            was_private = frozenset(old[0]) if old is not None else frozenset()
             await conn.execute(upsert, values)
             await conn.execute(
                 f"DELETE FROM {t}server_categories WHERE server_id = %s", (server_id,)
@@ -702,6 +964,11 @@ class PostgresStore:
                     "AS c(label, description, ord)",
                     (server_id, labels, descriptions),
                 )
+            # A channel turning private fences the writes still in flight that were made
+            # while it was public (they carry a public flag).
+            newly = sorted(s.private_channel_ids - was_private)
+            targets = [private_target(server_id, c) for c in newly]
+            return await self._journal(conn, "server_settings", [server_id], targets, now)
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         t = self._t
@@ -734,15 +1001,23 @@ class PostgresStore:
             for r in rows
         }
 
-    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> None:
-        async with self._conn("user settings write") as conn:
-            await conn.execute(
-                f"INSERT INTO {self._t}user_settings VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (user_id) DO UPDATE SET privacy = excluded.privacy, "
-                "cross_server_opt_in = excluded.cross_server_opt_in, "
-                "updated_at = excluded.updated_at",
-                (user_id, settings.privacy.value, settings.cross_server_opt_in, now),
-            )
+    async def _save_user(
+        self, conn: Conn, user_id: str, settings: UserSettings, now: float
+    ) -> None:
+        await conn.execute(
+            f"INSERT INTO {self._t}user_settings VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (user_id) DO UPDATE SET privacy = excluded.privacy, "
+            "cross_server_opt_in = excluded.cross_server_opt_in, "
+            "updated_at = excluded.updated_at",
+            (user_id, settings.privacy.value, settings.cross_server_opt_in, now),
+        )
+
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        async with self._forget_tx("user settings write") as conn:
+            await self._save_user(conn, user_id, settings, now)
+            full = settings.privacy is Privacy.FULL
+            targets = [user_target(user_id)] if full else []
+            return await self._journal(conn, "user_settings", [], targets, now)
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         async with self._conn("user settings read") as conn:
@@ -758,8 +1033,23 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._listener
         if self._owns_pool:
             await self.pool.close()
+
+
+def _lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory lock key for ``name``."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _targets_of(p: Mapping[str, Any], fence: WriteFence) -> tuple[str, ...]:
+    key = ScopeKey._unchecked(p["kind"], p["owner"], p["channel"], p["persona"])
+    return scope_targets(key, p["server_id"], p["parent"], fence.triggerer)
 
 
 def _one_row(row: ScopeRow | None) -> ScopeRow:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +22,18 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import ConfigError, StoreUnavailable
+from ..fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
+)
 from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
 from . import migrations
-from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from .base import JOURNAL_RETENTION_S, DistilledWrite, Forgotten, ScopeMeta, ScopeRow, ServerSummary
 from .memory import merge_categories
 
 __all__ = ["SQLiteStore"]
@@ -52,7 +62,7 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     server_name = COALESCE(:server_name, s.server_name),
     channel_name = COALESCE(:channel_name, s.channel_name),
     parent_channel_id = COALESCE(:parent, s.parent_channel_id),
-    private = COALESCE(:private, s.private),
+    private = CASE WHEN :private IS NULL THEN s.private ELSE MAX(:private, s.private) END,
     persona_lineage_id = COALESCE(:lineage, s.persona_lineage_id),
     summary = CASE WHEN :set_summary THEN :summary ELSE s.summary END,
     summary_at = CASE WHEN :set_summary THEN :summary_at ELSE s.summary_at END,
@@ -87,23 +97,50 @@ _SERVER_UPSERT = (
 # The capture path: every scope of a turn in one statement (one implicit transaction, one
 # WAL append). Capture always knows its metadata, so only "unknown" names and lineage keep
 # the stored value; the counter grows by each row's own increment.
-_TOUCH_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
-_TOUCH = (
-    "INSERT INTO scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name, "
-    "channel_name, parent_channel_id, private, persona_lineage_id, turns_since_refresh, "
-    "revision, created_at, updated_at) VALUES {rows} "
+_TOUCH_COLS = (
+    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, turns_since_refresh, revision, "
+    "created_at, updated_at"
+)
+_TOUCH_ON_CONFLICT = (
     "ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET "
     "server_id = COALESCE(excluded.server_id, s.server_id), "
     "server_name = COALESCE(excluded.server_name, s.server_name), "
     "channel_name = COALESCE(excluded.channel_name, s.channel_name), "
     "parent_channel_id = COALESCE(excluded.parent_channel_id, s.parent_channel_id), "
-    "private = excluded.private, "
+    "private = MAX(excluded.private, s.private), "
     "persona_lineage_id = COALESCE(excluded.persona_lineage_id, s.persona_lineage_id), "
     "turns_since_refresh = s.turns_since_refresh + excluded.turns_since_refresh, "
     "revision = s.revision + 1, updated_at = excluded.updated_at "
     f"RETURNING {_COLS}"
 )
+_TOUCH_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
+_TOUCH = f"INSERT INTO scopes AS s ({_TOUCH_COLS}) VALUES {{rows}} {_TOUCH_ON_CONFLICT}"
 _TOUCH_BY_ROWS = {n: _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n)) for n in (1, 2, 3, 4)}
+
+# The fenced capture: the same upsert, each row kept only while no forget journaled after the
+# write's position covers one of its targets (up to MAX_TARGETS per row, NULL-padded). One
+# statement, so the check and the write are one atomic step under SQLite's write lock.
+MAX_TARGETS = 6
+_TARGET_COLS = ", ".join(f"v.column{15 + i}" for i in range(MAX_TARGETS))
+_FENCED_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?" + ", ?" * MAX_TARGETS + ")"
+_FENCED_TOUCH = (
+    f"INSERT INTO scopes AS s ({_TOUCH_COLS}) "
+    f"SELECT {', '.join(f'v.column{i}' for i in range(1, 15))} FROM (VALUES {{rows}}) AS v "
+    "WHERE NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > ? "
+    f"AND f.target IN ({_TARGET_COLS})) {_TOUCH_ON_CONFLICT}"
+)
+_FENCED_TOUCH_BY_ROWS = {
+    n: _FENCED_TOUCH.format(rows=", ".join([_FENCED_ROW] * n)) for n in (1, 2, 3, 4)
+}
+_TARGET_PARAMS = ", ".join(f":t{i}" for i in range(MAX_TARGETS))
+_FENCED_UPSERT = _UPSERT.replace("VALUES (", "SELECT ", 1).replace(
+    ":now, :now)\nON CONFLICT",
+    ":now, :now\nWHERE NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > :fence "
+    f"AND f.target IN ({_TARGET_PARAMS}))\nON CONFLICT",
+    1,
+)
+assert _FENCED_UPSERT.count("NOT EXISTS") == 1
 
 _KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
 
@@ -226,6 +263,40 @@ def _put_params(row: ScopeRow) -> dict[str, Any]:
     }
 
 
+_TARGET_NAMES = tuple(f"t{i}" for i in range(MAX_TARGETS))
+
+
+def _padded(key: ScopeKey, meta: ScopeMeta | None, triggerer: str | None) -> list[str | None]:
+    """The write's fence targets, NULL-padded to the statement's fixed width."""
+    m = meta or _UNKNOWN_META
+    server_id = m.server_id if meta else (key.owner_id if key.kind == "server" else None)
+    targets: list[str | None] = list(scope_targets(key, server_id, m.parent_channel_id, triggerer))
+    return targets + [None] * (MAX_TARGETS - len(targets))
+
+
+def _journal(
+    db: sqlite3.Connection,
+    kind: str,
+    subject: Sequence[str | None],
+    targets: Sequence[str],
+    now: float,
+    subject_user: str | None = None,
+) -> int:
+    """Append one journal entry and its fence rows; returns its sequence number."""
+    cur = db.execute(
+        "INSERT INTO journal (kind, subject, subject_user, targets, at) VALUES (?, ?, ?, ?, ?)",
+        (kind, json.dumps(list(subject)), subject_user, json.dumps(list(targets)), now),
+    )
+    seq = int(cur.lastrowid or 0)
+    db.executemany("INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets])
+    return seq
+
+
+def _journal_edit(db: sqlite3.Connection, key: ScopeKey, now: float) -> int:
+    owner = key.owner_id if key.kind == "user" else None
+    return _journal(db, "edit", key.astuple, (), now, subject_user=owner)
+
+
 def _path_from_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.scheme != "sqlite":
@@ -265,6 +336,8 @@ class SQLiteStore:
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._closed = False
+        self._data_version: int | None = None
+        self.unscrubbed_forgets = 0  # forgets whose WAL could not be truncated at once
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -337,19 +410,13 @@ class SQLiteStore:
 
     # -- scopes ---------------------------------------------------------------------------
 
-    def _upsert_many(self, keys: list[ScopeKey], params: list[dict[str, Any]]) -> list[ScopeRow]:
-        if len(params) == 1:  # a single statement is its own transaction
-            return [_row(self._db.execute(_UPSERT, params[0]).fetchone(), keys[0])]
-        with self._tx() as db:
-            pairs = zip(keys, params, strict=True)
-            return [_row(db.execute(_UPSERT, p).fetchone(), k) for k, p in pairs]
-
     async def touch(
         self,
         scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
         *,
         increment: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         live = increment.astuple if increment is not None else None
         args: list[Any] = []
@@ -369,13 +436,20 @@ class SQLiteStore:
                 now,
                 now,
             )
-        statement = _TOUCH_BY_ROWS.get(len(scopes)) or _TOUCH.format(
-            rows=", ".join([_TOUCH_ROW] * len(scopes))
-        )
+            if fence is not None:
+                args += _padded(key, m, fence.triggerer)
+        n = len(scopes)
+        if fence is None:
+            statement = _TOUCH_BY_ROWS.get(n) or _TOUCH.format(rows=", ".join([_TOUCH_ROW] * n))
+        else:
+            statement = _FENCED_TOUCH_BY_ROWS.get(n) or _FENCED_TOUCH.format(
+                rows=", ".join([_FENCED_ROW] * n)
+            )
+            args.append(fence.position)
 
         def run() -> list[ScopeRow]:
             rows = {r.key.astuple: r for r in map(_row, self._db.execute(statement, args))}
-            return [rows[key.astuple] for key, _ in scopes]
+            return [rows[k.astuple] for k, _ in scopes if k.astuple in rows]
 
         if not scopes:
             return []
@@ -388,6 +462,7 @@ class SQLiteStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
         def params_for(
             key: ScopeKey, meta: ScopeMeta | None, current: Mapping[str, str]
@@ -403,21 +478,31 @@ class SQLiteStore:
                 p["categories_at"] = now if merged else None
             if reset_counter is not None and key == reset_counter:
                 p["reset"] = 1
+            if fence is not None:
+                p["fence"] = fence.position
+                p.update(zip(_TARGET_NAMES, _padded(key, meta, fence.triggerer), strict=True))
             return p
 
+        statement = _UPSERT if fence is None else _FENCED_UPSERT
+
         def run() -> list[ScopeRow]:
-            if change.categories is None or change.replace_categories:
-                keys = [k for k, _ in scopes]
-                return self._upsert_many(keys, [params_for(k, m, {}) for k, m in scopes])
-            with self._tx() as db:  # merge: read and write under one write lock
+            # One transaction: the fence check, every scope's upsert and the journal entries
+            # that let other processes pick the change up.
+            with self._tx() as db:
                 out = []
                 for key, meta in scopes:
-                    cur = db.execute(
-                        f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
-                    ).fetchone()
-                    current = json.loads(cur[0]) if cur else {}
-                    params = params_for(key, meta, current)
-                    out.append(_row(db.execute(_UPSERT, params).fetchone(), key))
+                    current: Mapping[str, str] = {}
+                    if change.categories is not None and not change.replace_categories:
+                        cur = db.execute(
+                            f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
+                        ).fetchone()
+                        current = json.loads(cur[0]) if cur else {}
+                    r = db.execute(statement, params_for(key, meta, current)).fetchone()
+                    if r is not None:
+                        out.append(_row(r, key))
+                if fence is not None:
+                    for row in out:
+                        _journal_edit(db, row.key, now)
                 return out
 
         return self._guard("distilled write", run)
@@ -473,13 +558,23 @@ class SQLiteStore:
                 return
             await asyncio.sleep(0)
 
-    async def put_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
         params = [_put_params(row) for row in rows]
+        now = max((row.updated_at for row in rows), default=0.0)
 
         def run() -> list[ScopeRow]:
             with self._tx() as db:
-                pairs = zip(rows, params, strict=True)
-                return [_row(db.execute(_PUT, p).fetchone(), r.key) for r, p in pairs]
+                out = []
+                for row, p in zip(rows, params, strict=True):
+                    if fence is not None and _fenced(db, row.key, row.meta, fence):
+                        continue
+                    out.append(_row(db.execute(_PUT, p).fetchone(), row.key))
+                if fence is not None:
+                    for written in out:
+                        _journal_edit(db, written.key, now)
+                return out
 
         if not rows:
             return []
@@ -513,39 +608,139 @@ class SQLiteStore:
     def _delete(self, what: str, sql: str, args: Sequence[Any]) -> int:
         return self._guard(what, lambda: self._db.execute(sql, args).rowcount)
 
+    def _forget(
+        self, what: str, apply: Callable[[sqlite3.Connection], tuple[int, int]]
+    ) -> Forgotten:
+        """Run one forget in one transaction, then fold the WAL into the file and truncate it,
+        so no purged byte is left in the database, its ``-wal`` or its ``-shm`` once we
+        return (``secure_delete`` zeroes the freed space in the file itself)."""
+
+        def run() -> Forgotten:
+            with self._tx() as db:
+                seq, count = apply(db)
+            self._scrub_wal()
+            return Forgotten(seq, count)
+
+        return self._guard(what, run)
+
+    def _scrub_wal(self) -> None:
+        for _attempt in range(3):
+            busy, _log, _done = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+        # Another connection kept reading through the busy timeout: the bytes leave the WAL
+        # at the next checkpoint. Counted, so the caller can see it.
+        self.unscrubbed_forgets += 1
+
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        def apply(db: sqlite3.Connection) -> tuple[int, int]:
+            seq = _journal(db, "channel", [channel_id], [channel_target(channel_id)], now)
+            n = db.execute("DELETE FROM scopes WHERE channel_id = ?", (channel_id,)).rowcount
+            return seq, n
+
+        return self._forget("channel delete", apply)
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        target = user_target(user_id)
+
+        def apply(db: sqlite3.Connection) -> tuple[int, int]:
+            seq = _journal(db, "user", [target], [target], now)
+            n = db.execute(
+                "DELETE FROM scopes WHERE kind = 'user' AND owner_id = ?", (user_id,)
+            ).rowcount
+            db.execute("DELETE FROM journal WHERE subject_user = ?", (user_id,))
+            if keep is None:
+                db.execute("DELETE FROM user_settings WHERE user_id = ?", (user_id,))
+            else:
+                _save_user(db, user_id, keep, now)
+            return seq, n
+
+        return self._forget("user delete", apply)
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        key = ScopeKey.server(server_id, channel_id, persona_id)
+        target = server_channel_target(server_id, channel_id, persona_id)
+
+        def apply(db: sqlite3.Connection) -> tuple[int, int]:
+            seq = _journal(db, "server_channel", key.astuple[1:], [target], now)
+            n = db.execute(f"DELETE FROM scopes WHERE {_KEY_WHERE}", _key_args(key)).rowcount
+            return seq, n
+
+        return self._forget("server channel delete", apply)
+
     async def delete_channel(self, channel_id: str) -> int:
-        return self._delete(
-            "channel delete", "DELETE FROM scopes WHERE channel_id = ?", (channel_id,)
-        )
+        return (await self.forget_channel(channel_id, now=time.time())).rows
 
     async def delete_user_scopes(self, user_id: str) -> int:
-        return self._delete(
-            "user delete", "DELETE FROM scopes WHERE kind = 'user' AND owner_id = ?", (user_id,)
-        )
+        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
+        found = self._fetch("user settings read", _USER_SETTINGS_OF, (user_id,))
+        keep = _user_settings(found[0]) if found else None
+        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
     ) -> int:
-        return self._delete(
-            "server channel delete",
-            f"DELETE FROM scopes WHERE {_KEY_WHERE}",
-            _key_args(ScopeKey.server(server_id, channel_id, persona_id)),
+        forgotten = await self.forget_server_channel(
+            server_id, channel_id, persona_id, now=time.time()
         )
+        return forgotten.rows
 
     async def janitor(self, *, untouched_since: float) -> int:
-        return self._delete(
-            "janitor", "DELETE FROM scopes WHERE updated_at < ?", (untouched_since,)
+        def run() -> int:
+            with self._tx() as db:
+                n = db.execute("DELETE FROM scopes WHERE updated_at < ?", (untouched_since,))
+                # The journal only has to outlive a follower's lag and a write in flight.
+                horizon = max(untouched_since, time.time() - JOURNAL_RETENTION_S)
+                db.execute("DELETE FROM journal WHERE at < ?", (horizon,))
+                db.execute("DELETE FROM fence WHERE at < ?", (horizon,))
+                return n.rowcount
+
+        return self._guard("janitor", run)
+
+    # -- the journal ----------------------------------------------------------------------
+
+    def journal_moved(self) -> bool:
+        """Whether another connection committed since the last call (``data_version``, a
+        few hundred nanoseconds): only then can the journal hold entries we have not read."""
+        version = self._guard(
+            "data version", lambda: self._db.execute("PRAGMA data_version").fetchone()[0]
         )
+        moved = bool(version != self._data_version)
+        self._data_version = version
+        return moved
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        rows = self._fetch(
+            "journal read",
+            "SELECT seq, kind, subject, targets FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        )
+        return [
+            JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3]))) for r in rows
+        ]
+
+    async def journal_head(self) -> int:
+        found = self._fetch("journal read", "SELECT MAX(seq) FROM journal", ())
+        return int(found[0][0] or 0)
 
     # -- settings -------------------------------------------------------------------------
 
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> None:
+    ) -> int:
         s = settings
 
-        def run() -> None:
+        def run() -> int:
             with self._tx() as db:
+                old = db.execute(
+                    "SELECT private_channel_ids FROM server_settings WHERE server_id = ?",
+                    (server_id,),
+                ).fetchone()
+                was_private = frozenset(json.loads(old[0])) if old else frozenset()
                 db.execute(
                     _SERVER_UPSERT,
                     (
@@ -568,8 +763,15 @@ class SQLiteStore:
                     "INSERT INTO server_categories VALUES (?, ?, ?, ?)",
                     [(server_id, i, c.label, c.description) for i, c in enumerate(s.categories)],
                 )
+                # A channel turning private fences the writes still in flight that were made
+                # while it was public (they carry a public flag).
+                targets = [
+                    private_target(server_id, c)
+                    for c in sorted(s.private_channel_ids - was_private)
+                ]
+                return _journal(db, "server_settings", [server_id], targets, now)
 
-        self._guard("server settings write", run)
+        return self._guard("server settings write", run)
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         def run() -> dict[str, ServerSettings]:
@@ -603,16 +805,16 @@ class SQLiteStore:
 
         return self._guard("server settings read", run)
 
-    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> None:
-        self._guard(
-            "user settings write",
-            lambda: self._db.execute(
-                "INSERT INTO user_settings VALUES (?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET "
-                "privacy=excluded.privacy, cross_server_opt_in=excluded.cross_server_opt_in, "
-                "updated_at=excluded.updated_at",
-                (user_id, settings.privacy.value, int(settings.cross_server_opt_in), now),
-            ),
-        )
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        def run() -> int:
+            with self._tx() as db:
+                _save_user(db, user_id, settings, now)
+                full = settings.privacy is Privacy.FULL
+                return _journal(
+                    db, "user_settings", [], [user_target(user_id)] if full else [], now
+                )
+
+        return self._guard("user settings write", run)
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         return self._guard(
@@ -642,6 +844,35 @@ class SQLiteStore:
                 "integrity check", lambda: self._db.execute("PRAGMA integrity_check").fetchone()[0]
             )
         )
+
+
+_USER_SETTINGS_OF = "SELECT privacy, cross_server_opt_in FROM user_settings WHERE user_id = ?"
+
+
+def _user_settings(r: Sequence[Any]) -> UserSettings:
+    return UserSettings(Privacy(r[0]), bool(r[1]))
+
+
+def _save_user(db: sqlite3.Connection, user_id: str, settings: UserSettings, now: float) -> None:
+    db.execute(
+        "INSERT INTO user_settings VALUES (?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET "
+        "privacy=excluded.privacy, cross_server_opt_in=excluded.cross_server_opt_in, "
+        "updated_at=excluded.updated_at",
+        (user_id, settings.privacy.value, int(settings.cross_server_opt_in), now),
+    )
+
+
+def _fenced(
+    db: sqlite3.Connection, key: ScopeKey, meta: ScopeMeta | None, fence: WriteFence
+) -> bool:
+    """Whether a forget journaled after ``fence`` covers this write (inside its transaction)."""
+    targets = [t for t in _padded(key, meta, fence.triggerer) if t is not None]
+    marks = ", ".join("?" * len(targets))
+    found = db.execute(
+        f"SELECT 1 FROM fence WHERE seq > ? AND target IN ({marks}) LIMIT 1",
+        (fence.position, *targets),
+    ).fetchone()
+    return found is not None
 
 
 def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:

@@ -9,11 +9,11 @@ committed rows.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreUnavailable
+from ..fence import WriteFence
 from ..model import Privacy, ScopeKey
 from . import texts
 from .arguments import Refused, parse_arguments
@@ -73,9 +73,12 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
         shown = name[:80] if isinstance(name, str) else name
         return _refused(turn, texts.UNKNOWN_TOOL.format(name=shown, tool=texts.TOOL_NAME))
     try:
+        # The fence first: a forget after this point drops the update in both tiers.
+        fence = await memory.begin_write(turn.user_id)
         await memory._refresh_settings()
     except StoreUnavailable as exc:
         memory._store_failed("settings refresh", exc)  # the cached settings still apply
+        fence = WriteFence(memory._head, turn.user_id)
     privacy = turn.effective_privacy()
     reason = refusal(turn, privacy)
     if reason is not None:
@@ -93,32 +96,27 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
         return _refused(turn, str(exc))
     meta = turn.meta(turn.persona_lineage_id)
     scopes, live = _scopes(turn, privacy)
-    now = memory.clock()
     turn._upgrading = True  # a parallel call on this turn is refused while this one runs
     try:
-        rows = await memory.store.write_distilled(
-            [(key, meta) for key in scopes], change, reset_counter=live, now=now
+        rows = await memory.write_distilled(
+            [(key, meta) for key in scopes], change, reset_counter=live, fence=fence
         )
     except StoreUnavailable as exc:
         memory._store_failed("tool call", exc)
         memory._counts["upgrade_refusals"] += 1
+        if exc.maybe_applied:
+            turn.upgraded = True  # it may have landed: never a second one on this turn
+            return ToolResult(False, texts.STORE_UNSURE)
         return ToolResult(False, texts.STORE_DOWN)
     finally:
         turn._upgrading = False
     memory._store_ok()
+    if len(rows) < len(scopes):
+        # A forget overtook the update; what did land (if anything) is removed by it.
+        memory._counts["upgrade_refusals"] += 1
+        return ToolResult(False, texts.OVERTAKEN)
     turn.upgraded = True
     memory._counts["upgrades"] += 1
-    try:
-        await memory.cache.apply_rows(rows, now)
-    except StoreUnavailable as exc:
-        # The update is committed, so it is reported as done. A hot tier that missed it must
-        # not keep serving the old values: drop the entries (best effort) and stop trusting
-        # the tier to be complete, so the next read goes to the durable tier.
-        memory._store_failed("tool cache update", exc)
-        memory.cache.set_complete(False)
-        for row in rows:
-            with contextlib.suppress(StoreUnavailable):
-                await memory.cache.delete(row.key)
     return ToolResult(True, texts.OK)
 
 

@@ -78,6 +78,14 @@ CATEGORIES_EMPTY = (
     "No topic got new text. Each update must write at least one of: {fields}. (An empty "
     "string erases a topic, but only alongside new text for another.)"
 )
+STORE_UNSURE = (
+    "Short-term memory may or may not have been saved (storage failed while saving). Carry "
+    "on with the reply; if it matters, update it again on a later turn."
+)
+OVERTAKEN = (
+    "This memory was cleared while the update was being saved, so the update was not kept. "
+    "Do not write it again unless the user asks."
+)
 STORE_DOWN = (
     "Short-term memory could not be saved right now (storage is unavailable); nothing was "
     "changed. Carry on with the reply; it can be tried again on a later turn."
