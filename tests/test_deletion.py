@@ -155,12 +155,12 @@ def _read_all(folder: Path) -> dict[str, bytes]:
 class SlowTouchStore(MemoryStore):
     """A store whose capture write yields to the loop, as a networked store does."""
 
-    async def touch(self, scopes, *, increment, now):  # type: ignore[no-untyped-def]
+    async def touch(self, scopes, *, increment, now, fence=None):  # type: ignore[no-untyped-def]
         import asyncio
 
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        return await super().touch(scopes, increment=increment, now=now)
+        return await super().touch(scopes, increment=increment, now=now, fence=fence)
 
 
 async def test_a_clear_during_an_in_flight_capture_wins(clock: FakeClock) -> None:

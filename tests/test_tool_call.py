@@ -14,6 +14,7 @@ import pytest
 
 import shortterm
 from shortterm import Category, Message, Privacy, Reply, ServerSettings, ToolResult
+from shortterm.fence import WriteFence
 from shortterm.cache.inprocess import InProcessCache
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from shortterm.store.memory import MemoryStore
@@ -518,10 +519,12 @@ class FlakyCache(InProcessCache):
         super().__init__(crude_ttl_s=3600, summary_ttl_s=86400, max_entries=100, max_bytes=1 << 20)
         self.broken = False
 
-    async def apply_rows(self, rows: Sequence[ScopeRow], now: float) -> None:
+    async def apply_rows(
+        self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
+    ) -> None:
         if self.broken:
             raise shortterm.StoreUnavailable("cache down")
-        await super().apply_rows(rows, now)
+        await super().apply_rows(rows, now, fence)
 
 
 async def test_a_hot_tier_failure_after_the_commit_still_reports_the_durable_success(

@@ -206,11 +206,11 @@ async def test_a_store_failure_midway_says_a_rerun_completes_it(
     class FailsSecondBatch(MemoryStore):
         calls = 0
 
-        async def put_rows(self, rows: Any) -> list[ScopeRow]:
+        async def put_rows(self, rows: Any, *, fence: Any = None) -> list[ScopeRow]:
             self.calls += 1
             if self.calls == 2:
                 raise StoreUnavailable("connection lost")
-            return await super().put_rows(rows)
+            return await super().put_rows(rows, fence=fence)
 
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(dump_row(r) for r in _rows()), "utf-8")

@@ -78,6 +78,7 @@ class Memory:
         # only be overtaken by what comes later.
         self._head = 0
         self._behind = False  # a journal read failed: read it on the next call
+        self._follow_error = ""
         self._counts = dict.fromkeys(
             (
                 "captures",
@@ -212,6 +213,7 @@ class Memory:
                 await self._catch_up()
                 self._behind = False
         except StoreUnavailable as exc:
+            self._follow_error = str(exc)
             self._counts["journal_errors"] += 1
             self._store_failed("journal read", exc, counted=False)
             return False
@@ -562,7 +564,7 @@ class Memory:
         durable: dict[tuple[Any, ...], ScopeRow] | None
         try:
             if fence.store_down:
-                raise StoreUnavailable("the durable tier failed earlier in this call")
+                raise StoreUnavailable(self._follow_error)
             rows = await self.store.touch(
                 [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
             )
@@ -606,7 +608,7 @@ class Memory:
         """
         now = self.clock()
         if fence.store_down:
-            raise StoreUnavailable("the durable tier is failing; nothing was written")
+            raise StoreUnavailable(self._follow_error)
         try:
             rows = await self.store.write_distilled(
                 scopes, change, reset_counter=reset_counter, now=now, fence=fence
