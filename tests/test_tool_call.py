@@ -14,8 +14,8 @@ import pytest
 
 import shortterm
 from shortterm import Category, Message, Privacy, Reply, ServerSettings, ToolResult
-from shortterm.fence import WriteFence
 from shortterm.cache.inprocess import InProcessCache
+from shortterm.fence import WriteFence
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from shortterm.store.memory import MemoryStore
 from shortterm.tool import texts
