@@ -79,6 +79,8 @@ class Memory:
         self._head = 0
         self._behind = False  # a journal read failed: read it on the next call
         self._follow_error = ""
+        # Scopes whose last durable write may or may not have landed: read through once.
+        self._unsure: set[tuple[str, str, str, str | None]] = set()
         self._counts = dict.fromkeys(
             (
                 "captures",
@@ -377,6 +379,8 @@ class Memory:
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
         await self._follow()
         now = self.clock()
+        if self._unsure:
+            await self._settle(key.kind, key.owner_id, now)
         entry = await self.cache.get(key, now)
         if entry is None and not self.cache.complete and await self.cache.counter(key, now) is None:
             fence = WriteFence(self._head)  # a forget landing after the load wins
@@ -391,6 +395,8 @@ class Memory:
         """Live entries of one owner, re-read from the durable tier when the hot tier may
         have dropped some of them."""
         now = self.clock()
+        if self._unsure:
+            await self._settle(kind, owner_id, now)
         entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         if not complete:
             fence = WriteFence(self._head)
@@ -400,6 +406,16 @@ class Memory:
             await self.cache.mark_complete(kind, owner_id)  # type: ignore[arg-type]
             entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         return entries
+
+    async def _settle(self, kind: str, owner_id: str, now: float) -> None:
+        """Read through this owner's scopes whose last write had an unknown outcome, so the
+        hot tier never disagrees with the durable tier for longer than one call."""
+        for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
+            fence = WriteFence(self._head)
+            row = await self.store.load(ScopeKey._unchecked(*kt))
+            self._unsure.discard(kt)
+            if row is not None:
+                await self.cache.apply_rows([row], now, fence)
 
     # -- administration: listing, export, import -----------------------------------------
 
@@ -615,10 +631,9 @@ class Memory:
             )
         except StoreUnavailable as exc:
             if exc.maybe_applied:
-                self.cache.set_complete(False)
-                for key, _ in scopes:
-                    with contextlib.suppress(StoreUnavailable):
-                        await self.cache.delete(key)
+                # It may have landed: the next read of these scopes asks the durable tier
+                # (keeping the hot tier's messages, which exist nowhere else).
+                self._unsure.update(key.astuple for key, _ in scopes)
             raise
         if len(rows) < len(scopes):
             self._counts["fenced_writes"] += 1

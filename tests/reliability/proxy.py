@@ -8,6 +8,10 @@ client and the server, never by stopping the server. Two kinds of cut:
 * ``blackhole``: connections stay open but nothing is forwarded either way, and new ones are
   accepted and then ignored: a network partition, where only the client's own timeouts help.
 
+* ``replies``: what the client sends still reaches the server, but the first bytes the server
+  answers make the relay abort the connection instead: a commit whose outcome the client never
+  learns.
+
 ``restore()`` lets new connections through again; connections held by a blackhole are aborted
 then (their client gave up on them long ago).
 """
@@ -18,7 +22,7 @@ import asyncio
 import contextlib
 from typing import Literal
 
-Mode = Literal["reset", "blackhole"]
+Mode = Literal["reset", "blackhole", "replies"]
 _CHUNK = 1 << 16
 
 
@@ -94,7 +98,7 @@ class Proxy:
         self._pairs.add(pair)
         pumps = [
             asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer)),
+            asyncio.create_task(self._pump(up_reader, writer, to_client=True)),
         ]
         self._tasks.update(pumps)
         try:
@@ -110,7 +114,9 @@ class Proxy:
             writer.transport.abort()
             up_writer.transport.abort()
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, to_client: bool = False
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while True:
                 data = await src.read(_CHUNK)
@@ -118,6 +124,9 @@ class Proxy:
                     return
                 if self.mode == "blackhole":
                     continue  # a partition: bytes in flight are lost
+                if self.mode == "replies" and to_client:
+                    dst.transport.abort()  # the server did the work; its answer is lost
+                    return
                 dst.write(data)
                 await dst.drain()
 
