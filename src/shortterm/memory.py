@@ -412,7 +412,7 @@ class Memory:
         hot tier never disagrees with the durable tier for longer than one call."""
         for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
             fence = WriteFence(self._head)
-            row = await self.store.load(ScopeKey._unchecked(*kt))
+            row = await self.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
             self._unsure.discard(kt)
             if row is not None:
                 await self.cache.apply_rows([row], now, fence)
