@@ -20,9 +20,9 @@ from .model import (
     Reply,
     ScopeKey,
     ServerSettings,
+    ServerSummary,
     UserSettings,
 )
-from .store.base import ServerSummary
 from .tool import ToolResult
 from .turn import Turn
 

@@ -44,8 +44,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .memory import Memory, _Opening
-    from .model import Entry
-    from .store.base import ScopeRow
+    from .model import Entry, ScopeRow
     from .transfer import ImportReport, Progress
 
 T = TypeVar("T")

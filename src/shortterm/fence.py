@@ -25,6 +25,7 @@ from typing import Literal
 from .model import ScopeKey
 
 __all__ = [
+    "JOURNAL_RETENTION_S",
     "JournalEntry",
     "JournalKind",
     "WriteFence",
@@ -34,6 +35,12 @@ __all__ = [
     "server_channel_target",
     "user_target",
 ]
+
+# How long journal entries and fence rows are kept: far longer than any write stays in flight
+# and than any hot value lives (summaries expire after a day by default), so a follower that
+# missed a pruned entry can only hold values that have expired anyway.
+JOURNAL_RETENTION_S = 7 * 86400.0
+
 
 JournalKind = Literal[
     "channel",  # clear_channel: subject (channel_id,)

@@ -29,17 +29,21 @@ from .fence import (
     user_target,
 )
 from .model import (
+    DistilledWrite,
     Entry,
     Message,
     Privacy,
     ScopeKey,
     ScopeKind,
+    ScopeMeta,
+    ScopeRow,
     ServerSettings,
+    ServerSummary,
     UserSettings,
     check_id,
     check_optional_id,
 )
-from .store.base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, Store
+from .store.base import Store
 from .text import clean_text, truncate
 from .tool.slug import slugify
 from .turn import Turn

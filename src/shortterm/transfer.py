@@ -42,8 +42,7 @@ from pydantic import (
 )
 
 from .errors import InvalidInput, StoreUnavailable
-from .model import ScopeKey, check_id
-from .store.base import ScopeMeta, ScopeRow
+from .model import ScopeKey, ScopeMeta, ScopeRow, check_id
 from .text import clean_text, truncate
 
 if TYPE_CHECKING:

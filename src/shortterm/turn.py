@@ -20,13 +20,13 @@ from .model import (
     Privacy,
     Reply,
     ScopeKey,
+    ScopeMeta,
     ServerSettings,
     check_id,
     check_optional_id,
     check_optional_text,
 )
 from .recall import build_context
-from .store.base import ScopeMeta
 from .text import truncate
 from .tool import execute as _tool
 from .tool.guards import refusal as _tool_refusal

@@ -21,8 +21,7 @@ from typing import Any
 from ..cache.inprocess import InProcessCache
 from ..config import Config
 from ..memory import Memory
-from ..model import Message, ScopeKey
-from ..store.base import ScopeMeta
+from ..model import Message, ScopeKey, ScopeMeta
 from ..store.sqlite import SQLiteStore
 from .core import T0, Floor, Workload, peak_rss_mb
 from .report import Timing, summarize

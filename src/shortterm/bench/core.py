@@ -23,8 +23,7 @@ from typing import Any
 from ..cache.inprocess import InProcessCache
 from ..config import Config
 from ..memory import Memory
-from ..model import Message, Reply, ScopeKey
-from ..store.base import ScopeMeta
+from ..model import Message, Reply, ScopeKey, ScopeMeta
 from ..store.memory import MemoryStore
 from ..store.sqlite import SQLiteStore
 from .report import Timing, machine, summarize

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..fence import WriteFence
-from ..model import Entry, Message, ScopeKey, ScopeKind
-from ..store.base import ScopeMeta, ScopeRow
+from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 
 __all__ = ["HotTier"]
 

@@ -17,9 +17,8 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from ..fence import WriteFence, scope_targets, user_target
-from ..model import Entry, Message, ScopeKey, ScopeKind
-from ..store.base import JOURNAL_RETENTION_S, ScopeMeta, ScopeRow
+from ..fence import JOURNAL_RETENTION_S, WriteFence, scope_targets, user_target
+from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 
 __all__ = ["InProcessCache"]
 

@@ -59,9 +59,8 @@ from redis.exceptions import RedisError
 
 from ..config import Config
 from ..errors import ConfigError, StoreUnavailable
-from ..fence import WriteFence, author_targets, scope_targets
-from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind
-from ..store.base import JOURNAL_RETENTION_S, ScopeMeta, ScopeRow
+from ..fence import JOURNAL_RETENTION_S, WriteFence, author_targets, scope_targets
+from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 
 __all__ = ["RedisCache"]
 

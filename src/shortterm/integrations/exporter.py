@@ -54,8 +54,7 @@ from typing import Any, BinaryIO
 from ..cache.inprocess import InProcessCache
 from ..errors import InvalidInput, ShortTermError
 from ..memory import Memory
-from ..model import Message, Privacy, ScopeKey, check_id
-from ..store.base import ScopeMeta
+from ..model import Message, Privacy, ScopeKey, ScopeMeta, check_id
 from ..text import clean_text, truncate
 from ._markup import clean_name, compose, embed_note, resolve_markup, sticker_note
 

@@ -17,8 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from .. import model as lib
 from ..context import Context, ContextItem
 from ..errors import InvalidInput
-from ..model import MAX_ID_CHARS
-from ..store.base import ServerSummary
+from ..model import MAX_ID_CHARS, ServerSummary
 
 __all__ = [
     "CaptureIn",

@@ -1,6 +1,7 @@
 """Durable tiers: the contract, the in-memory reference store and SQLite."""
 
-from .base import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, Store
+from ..model import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from .base import Store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 

@@ -8,13 +8,23 @@ operation, atomic, and durable when it returns. Backends wrap driver errors in
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol
 
-from ..fence import JournalEntry, WriteFence
-from ..model import ScopeKey, ScopeKind, ServerSettings, UserSettings
+from ..fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
+from ..model import (
+    DistilledWrite,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+    ServerSettings,
+    ServerSummary,
+    UserSettings,
+)
 
+# The row types live in the model (the tiers share them without importing each other);
+# they are re-exported here, where they were first defined.
 __all__ = [
     "JOURNAL_RETENTION_S",
     "DistilledWrite",
@@ -25,77 +35,12 @@ __all__ = [
     "Store",
 ]
 
-# How long journal entries and fence rows are kept: far longer than any write stays in flight
-# and than any hot value lives (summaries expire after a day by default), so a follower that
-# missed a pruned entry can only hold values that have expired anyway.
-JOURNAL_RETENTION_S = 7 * 86400.0
-
 
 class Forgotten(NamedTuple):
     """What a forget did: its journal sequence number and the durable rows it deleted."""
 
     seq: int
     rows: int
-
-
-@dataclass(frozen=True, slots=True)
-class ScopeMeta:
-    """What a turn knows about a scope besides its key; written on every upsert."""
-
-    server_id: str | None = None  # None: a DM
-    server_name: str | None = None
-    channel_name: str | None = None
-    parent_channel_id: str | None = None
-    private: bool = False
-    persona_lineage_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScopeRow:
-    """One durable row. ``revision`` grows by one on every write, so a hot tier can refuse to
-    let an older row overwrite a newer one when writes finish out of order."""
-
-    key: ScopeKey
-    meta: ScopeMeta
-    summary: str | None = None
-    summary_at: float | None = None
-    categories: Mapping[str, str] = field(default_factory=dict)
-    categories_at: float | None = None
-    turns_since_refresh: int = 0
-    refresh_epoch: int = 0
-    revision: int = 1
-    updated_at: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ServerSummary:
-    """A server that has durable shared (server-scope) rows, as :meth:`Store.list_servers`
-    lists it.
-
-    ``server_name`` is the name on the most recently updated of its rows that carries one
-    (ties: the row created last); ``None`` when none does. ``entries`` counts its
-    server-scope rows and ``updated_at`` is the newest of their ``updated_at``.
-    """
-
-    server_id: str
-    server_name: str | None
-    entries: int
-    updated_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class DistilledWrite:
-    """A change to the distilled values of a scope.
-
-    ``summary`` is written only when ``set_summary`` is true (``None`` then clears it).
-    ``categories`` is merged into the stored map: a ``None`` value removes that slug. With
-    ``replace_categories`` the stored map is replaced by the non-``None`` values instead.
-    """
-
-    summary: str | None = None
-    set_summary: bool = False
-    categories: Mapping[str, str | None] | None = None
-    replace_categories: bool = False
 
 
 class Store(Protocol):

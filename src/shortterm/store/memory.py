@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from ..fence import (
@@ -22,25 +22,23 @@ from ..fence import (
     server_channel_target,
     user_target,
 )
-from ..model import Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
-from .base import DistilledWrite, Forgotten, ScopeMeta, ScopeRow, ServerSummary
+from ..model import (
+    DistilledWrite,
+    Privacy,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+    ServerSettings,
+    ServerSummary,
+    UserSettings,
+    merge_categories,
+)
+from .base import Forgotten
 
-__all__ = ["MemoryStore", "merge_categories"]
+__all__ = ["MemoryStore"]
 
 Tup = tuple[str, str, str, str | None]
-
-
-def merge_categories(current: Mapping[str, str], change: DistilledWrite) -> dict[str, str] | None:
-    """The category map after ``change``, or ``None`` when the change leaves it alone."""
-    if change.categories is None:
-        return None
-    merged = {} if change.replace_categories else dict(current)
-    for slug, value in change.categories.items():
-        if value is None:
-            merged.pop(slug, None)
-        else:
-            merged[slug] = value
-    return merged
 
 
 def _server_of(key: ScopeKey) -> str | None:

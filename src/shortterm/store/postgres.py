@@ -54,17 +54,21 @@ from ..fence import (
     server_channel_target,
     user_target,
 )
-from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
-from ..text import clean_text
-from . import migrations
-from .base import (
-    JOURNAL_RETENTION_S,
+from ..model import (
+    Category,
     DistilledWrite,
-    Forgotten,
+    Privacy,
+    ScopeKey,
+    ScopeKind,
     ScopeMeta,
     ScopeRow,
+    ServerSettings,
     ServerSummary,
+    UserSettings,
 )
+from ..text import clean_text
+from . import migrations
+from .base import JOURNAL_RETENTION_S, Forgotten
 
 __all__ = ["PostgresStore"]
 

@@ -31,10 +31,21 @@ from ..fence import (
     server_channel_target,
     user_target,
 )
-from ..model import Category, Privacy, ScopeKey, ScopeKind, ServerSettings, UserSettings
+from ..model import (
+    Category,
+    DistilledWrite,
+    Privacy,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+    ServerSettings,
+    ServerSummary,
+    UserSettings,
+    merge_categories,
+)
 from . import migrations
-from .base import JOURNAL_RETENTION_S, DistilledWrite, Forgotten, ScopeMeta, ScopeRow, ServerSummary
-from .memory import merge_categories
+from .base import JOURNAL_RETENTION_S, Forgotten
 
 __all__ = ["SQLiteStore"]
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import DistilledWrite
 from ..placeholders import sanitize_placeholders
-from ..store.base import DistilledWrite
 from ..text import strip_controls, truncate
 from . import texts
 
