@@ -109,7 +109,7 @@ async def test_evicted_entries_read_through(db_url: str, clock: FakeClock) -> No
         entry = await memory.get(ScopeKey.server(G, "c0"))
         assert entry is not None and entry.summary == "s0"
         assert memory.stats()["read_through"] >= 1
-        entries = await memory._owner_entries("server", G)
+        entries = await memory.owner_entries("server", G)
         assert sorted(e.summary or "" for e in entries)[-1] == "s5"
 
 

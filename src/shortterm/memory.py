@@ -28,6 +28,8 @@ from .fence import (
     server_channel_target,
     user_target,
 )
+from .health import Health
+from .known_settings import KnownSettings
 from .model import (
     DistilledWrite,
     Entry,
@@ -54,8 +56,6 @@ log = logging.getLogger("shortterm")
 
 Clock = Callable[[], float]
 
-_DEFAULT_SERVER = ServerSettings()
-_DEFAULT_USER = UserSettings()
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
 MAX_SERVERS_PAGE = 1000
 _JOURNAL_PAGE = 1000
@@ -69,13 +69,10 @@ class Memory:
         self.cache = cache
         self.config = config
         self.clock = clock
-        self._servers: dict[str, ServerSettings] = {}
-        self._users: dict[str, UserSettings] = {}
-        self._full_privacy_users: set[str] = set()  # checked for every captured message
+        self.known_settings = KnownSettings()
+        self.health = Health()
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
-        self._settings_checked_at = 0.0
         self._sweeper: asyncio.Task[None] | None = None
-        self._degraded = False
         self._closed = False
         # The journal position this process has applied: every forget and settings change up
         # to it is reflected here (hot tier, tombstones, settings). A write fenced at it can
@@ -85,23 +82,6 @@ class Memory:
         self._follow_error = ""
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[tuple[str, str, str, str | None]] = set()
-        self._counts = dict.fromkeys(
-            (
-                "captures",
-                "captures_skipped",
-                "store_errors",
-                "degraded_captures",
-                "read_through",
-                "hydrated_rows",
-                "upgrades",
-                "degraded_contexts",
-                "upgrade_refusals",
-                "fenced_writes",
-                "journal_entries",
-                "journal_errors",
-            ),
-            0,
-        )
         self.hydration_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -112,9 +92,10 @@ class Memory:
         # The position first: whatever is journaled while we load is read again later.
         self._head = await self.store.journal_head()
         self.store.journal_moved()  # take the current state as seen
-        self._servers.update(await self.store.server_settings_since(0.0))
-        self._remember_users(await self.store.user_settings_since(0.0))
-        self._settings_checked_at = now
+        known = self.known_settings
+        known.put_servers(await self.store.server_settings_since(0.0))
+        known.put_users(await self.store.user_settings_since(0.0))
+        known.checked_at = now
         if hydrate:
             await self._hydrate(now)
         if self.config.sweep_interval_s > 0:
@@ -141,7 +122,7 @@ class Memory:
         finally:
             if collecting:
                 gc.enable()
-        self._counts["hydrated_rows"] += rows
+        self.health.count("hydrated_rows", rows)
         self.cache.set_complete(self.cache.stats().get("evictions", 0) == evictions)
         self.hydration_s = time.perf_counter() - started
         log.info("shortterm hydrated %d rows in %.3f s", rows, self.hydration_s)
@@ -175,15 +156,7 @@ class Memory:
 
     # -- settings -------------------------------------------------------------------------
 
-    def _server(self, server_id: str | None) -> ServerSettings:
-        if server_id is None:
-            return _DEFAULT_SERVER
-        return self._servers.get(server_id, _DEFAULT_SERVER)
-
-    def _user(self, user_id: str) -> UserSettings:
-        return self._users.get(user_id, _DEFAULT_USER)
-
-    def _meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
+    def scope_meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
         """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
         meta = self._metas.get(parts)
         if meta is None:
@@ -191,14 +164,6 @@ class Memory:
                 self._metas.clear()
             meta = self._metas[parts] = ScopeMeta(*parts)
         return meta
-
-    def _remember_users(self, changed: Mapping[str, UserSettings]) -> None:
-        for user_id, settings in changed.items():
-            self._users[user_id] = settings
-            if settings.privacy is Privacy.FULL:
-                self._full_privacy_users.add(user_id)
-            else:
-                self._full_privacy_users.discard(user_id)
 
     # -- following other processes -------------------------------------------------------
 
@@ -208,7 +173,7 @@ class Memory:
         False when the durable tier is failing: nothing is read then (a call waits for a dead
         server once, not twice), our position stays, and a write fenced at it can only be
         dropped too often, never resurrect anything; the journal is read once it is back."""
-        if self._degraded:
+        if self.health.degraded:
             # Known to be failing: don't wait for it here too. The call's own durable work
             # finds out whether it is back (and then the journal is read on the next call).
             self._behind = True
@@ -220,8 +185,8 @@ class Memory:
                 self._behind = False
         except StoreUnavailable as exc:
             self._follow_error = str(exc)
-            self._counts["journal_errors"] += 1
-            self._store_failed("journal read", exc, counted=False)
+            self.health.count("journal_errors")
+            self.health.failed("journal read", exc, counted=False)
             return False
         return True
 
@@ -238,7 +203,7 @@ class Memory:
                 await self._reload_settings()
             # Only now: a write fenced at the new position relies on all of the above.
             self._head = max(self._head, entries[-1].seq)
-            self._counts["journal_entries"] += len(entries)
+            self.health.count("journal_entries", len(entries))
             if len(entries) < _JOURNAL_PAGE:
                 return
 
@@ -274,10 +239,7 @@ class Memory:
     async def _reload_settings(self) -> None:
         servers = await self.store.server_settings_since(0.0)
         users = await self.store.user_settings_since(0.0)
-        self._servers = dict(servers)
-        self._users = {}
-        self._full_privacy_users = set()
-        self._remember_users(users)
+        self.known_settings.replace(servers, users)
 
     async def begin_write(self, triggerer: str | None = None) -> WriteFence:
         """Where a write begins: follow the journal, then the position to fence the write at.
@@ -285,20 +247,20 @@ class Memory:
         followed = await self._follow()
         return WriteFence(self._head, triggerer, store_down=not followed)
 
-    async def _refresh_settings(self) -> None:
+    async def refresh_settings(self) -> None:
         """Follow the journal; and pick up settings other processes changed the old way, at
         most one query pair per interval (rows written by earlier versions)."""
         await self._follow()
-        now = self.clock()
-        if now - self._settings_checked_at < self.config.settings_refresh_s:
+        now, known = self.clock(), self.known_settings
+        if not known.due(now, self.config.settings_refresh_s):
             return
         # Overlap the window so a write stamped just before our last check is not missed: the
         # writer takes its timestamp before it commits, so with a short interval (0 re-reads
         # on every turn) the overlap must still cover a commit in flight and clock skew.
-        since = self._settings_checked_at - max(self.config.settings_refresh_s, _SETTINGS_OVERLAP_S)
-        self._settings_checked_at = now
-        self._servers.update(await self.store.server_settings_since(since))
-        self._remember_users(await self.store.user_settings_since(since))
+        since = known.checked_at - max(self.config.settings_refresh_s, _SETTINGS_OVERLAP_S)
+        known.checked_at = now
+        known.put_servers(await self.store.server_settings_since(since))
+        known.put_users(await self.store.user_settings_since(since))
 
     async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
         check_id("server_id", server_id)
@@ -328,13 +290,13 @@ class Memory:
                 )
             seen[slug] = category.label
         seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
-        self._servers[server_id] = settings
+        self.known_settings.put_server(server_id, settings)
         await self._caught_up_to(seq)
 
     async def server_settings(self, server_id: str) -> ServerSettings:
         check_id("server_id", server_id)
-        await self._refresh_settings()
-        return self._server(server_id)
+        await self.refresh_settings()
+        return self.known_settings.server(server_id)
 
     async def configure_user(self, user_id: str, settings: UserSettings) -> None:
         """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
@@ -347,13 +309,13 @@ class Memory:
             await self._forget_user(user_id, keep=settings)
             return
         seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
-        self._remember_users({user_id: settings})
+        self.known_settings.put_users({user_id: settings})
         await self._caught_up_to(seq)
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)
-        await self._refresh_settings()
-        return self._user(user_id)
+        await self.refresh_settings()
+        return self.known_settings.user(user_id)
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -362,18 +324,6 @@ class Memory:
         if self._closed:
             raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
         return Turn(self, **kwargs)
-
-    def _store_failed(self, what: str, exc: StoreUnavailable, *, counted: bool = True) -> None:
-        if counted:
-            self._counts["store_errors"] += 1
-        if not self._degraded:
-            self._degraded = True
-            log.warning("shortterm durable tier failed during %s: %s", what, exc)
-
-    def _store_ok(self) -> None:
-        if self._degraded:
-            self._degraded = False
-            log.info("shortterm durable tier is back")
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -389,13 +339,13 @@ class Memory:
         if entry is None and not self.cache.complete and await self.cache.counter(key, now) is None:
             fence = WriteFence(self._head)  # a forget landing after the load wins
             row = await self.store.load(key)
-            self._counts["read_through"] += 1
+            self.health.count("read_through")
             if row is not None:
                 await self.cache.apply_rows([row], now, fence)
                 entry = await self.cache.get(key, now)
         return entry
 
-    async def _owner_entries(self, kind: str, owner_id: str) -> list[Entry]:
+    async def owner_entries(self, kind: str, owner_id: str) -> list[Entry]:
         """Live entries of one owner, re-read from the durable tier when the hot tier may
         have dropped some of them."""
         now = self.clock()
@@ -405,7 +355,7 @@ class Memory:
         if not complete:
             fence = WriteFence(self._head)
             rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
-            self._counts["read_through"] += 1
+            self.health.count("read_through")
             await self.cache.apply_rows(rows, now, fence)
             await self.cache.mark_complete(kind, owner_id)  # type: ignore[arg-type]
             entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
@@ -521,15 +471,16 @@ class Memory:
             if row.key.astuple in seen:
                 raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
             seen.add(row.key.astuple)
-        await self._refresh_settings()
+        await self.refresh_settings()
         fence = WriteFence(self._head)
+        known = self.known_settings
         allowed = [
             r
             for r in rows
-            if r.key.kind == "server" or self._user(r.key.owner_id).privacy is Privacy.NONE
+            if r.key.kind == "server" or known.user(r.key.owner_id).privacy is Privacy.NONE
         ]
         written = await self.store.put_rows(allowed, fence=fence)
-        self._counts["fenced_writes"] += len(allowed) - len(written)
+        self.health.count("fenced_writes", len(allowed) - len(written))
         await self.cache.apply_rows(written, self.clock(), fence)
         return written
 
@@ -588,13 +539,13 @@ class Memory:
             rows = await self.store.touch(
                 [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
             )
-            self._store_ok()
+            self.health.ok()
             durable = {r.key.astuple: r for r in rows}
         except StoreUnavailable as exc:
             # Capture serves from the hot tier during an outage; the counter step is lost
             # and counted, never reported as done.
-            self._store_failed("capture", exc)
-            self._counts["degraded_captures"] += 1
+            self.health.failed("capture", exc)
+            self.health.count("degraded_captures")
             durable = None
         applied = True
         for key, messages in scopes:
@@ -607,7 +558,7 @@ class Memory:
             if not await self.cache.capture(key, messages, meta, row, now, fence):
                 applied = False
         if not applied:
-            self._counts["fenced_writes"] += 1
+            self.health.count("fenced_writes")
         return applied
 
     async def write_distilled(
@@ -640,13 +591,13 @@ class Memory:
                 self._unsure.update(key.astuple for key, _ in scopes)
             raise
         if len(rows) < len(scopes):
-            self._counts["fenced_writes"] += 1
+            self.health.count("fenced_writes")
         try:
             await self.cache.apply_rows(rows, now, fence)
         except StoreUnavailable as exc:
             # Committed, so done. A hot tier that missed it must not keep serving the old
             # values: drop them (best effort) and read through from now on.
-            self._store_failed("hot tier update", exc)
+            self.health.failed("hot tier update", exc)
             self.cache.set_complete(False)
             for row in rows:
                 with contextlib.suppress(StoreUnavailable):
@@ -696,7 +647,7 @@ class Memory:
         except a FULL privacy choice, which is kept so that it stays honoured. Returns the
         number of scopes deleted plus entries scrubbed."""
         check_id("user_id", user_id)
-        stored = self._users.get(user_id)
+        stored = self.known_settings.stored_user(user_id)
         keep = stored if stored is not None and stored.privacy is Privacy.FULL else None
         return await self._forget_user(user_id, keep=keep)
 
@@ -711,10 +662,9 @@ class Memory:
             hot,
         )
         if keep is None:
-            self._users.pop(user_id, None)
-            self._full_privacy_users.discard(user_id)
+            self.known_settings.drop_user(user_id)
         else:
-            self._remember_users({user_id: keep})
+            self.known_settings.put_users({user_id: keep})
         return changed
 
     async def clear_server_channel(
@@ -748,9 +698,9 @@ class Memory:
     def stats(self) -> dict[str, Any]:
         """Counters of both tiers: entries, bytes, hits, misses, evictions, expirations, ..."""
         out: dict[str, Any] = dict(self.cache.stats())
-        out.update(self._counts)
+        out.update(self.health.counts())
         out["hydration_s"] = round(self.hydration_s, 6)
-        out["degraded"] = self._degraded
+        out["degraded"] = self.health.degraded
         return out
 
 

@@ -57,22 +57,22 @@ class _Reader:
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
         self.degraded = False
-        self._reads = memory._counts["read_through"]
+        self._reads = memory.health.value("read_through")
 
     def done(self) -> None:
         """A build that reached the durable tier without a failure shows it is back."""
-        if not self.degraded and self.memory._counts["read_through"] > self._reads:
-            self.memory._store_ok()
+        if not self.degraded and self.memory.health.value("read_through") > self._reads:
+            self.memory.health.ok()
 
     def _failed(self, exc: StoreUnavailable) -> None:
         if not self.degraded:
             self.degraded = True
-            self.memory._counts["degraded_contexts"] += 1
-        self.memory._store_failed("context", exc)
+            self.memory.health.count("degraded_contexts")
+        self.memory.health.failed("context", exc)
 
     async def refresh_settings(self) -> None:
         try:
-            await self.memory._refresh_settings()
+            await self.memory.refresh_settings()
         except StoreUnavailable as exc:
             self._failed(exc)  # the cached settings stay in use
 
@@ -85,7 +85,7 @@ class _Reader:
 
     async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
         try:
-            return await self.memory._owner_entries(kind, owner_id)
+            return await self.memory.owner_entries(kind, owner_id)
         except StoreUnavailable as exc:
             self._failed(exc)
             entries, _ = await self.memory.cache.owner_entries(kind, owner_id, self.memory.clock())
@@ -131,7 +131,7 @@ class _Recall:
 
     def labels(self, server_id: str | None) -> dict[str, str] | None:
         if server_id not in self._labels:
-            owner = self.memory._server(server_id)
+            owner = self.memory.known_settings.server(server_id)
             self._labels[server_id] = category_labels(owner)
         return self._labels[server_id]
 
@@ -157,7 +157,7 @@ class _Recall:
             return False  # direct messages have no private channels
         # Each server's own list decides, so another server's private channels never leak.
         here = server_id == self.turn.server_id
-        owner = self.settings if here else self.memory._server(server_id)
+        owner = self.settings if here else self.memory.known_settings.server(server_id)
         if owner.privacy_bypass:
             return False
         if not (entry.private or owner.is_private(entry.key.channel_id, entry.parent_channel_id)):
@@ -169,7 +169,7 @@ class _Recall:
         personal (user-scope) memory only the user's own and the bot's."""
         # Capture already drops both, but a user may choose full privacy in another process
         # after the capture; this process learns it at its next settings refresh.
-        hidden = self.memory._full_privacy_users
+        hidden = self.memory.known_settings.full_privacy_users
         personal = entry.key.kind == "user"
         user_id = self.turn.user_id
         out = []
@@ -230,7 +230,7 @@ async def build_context(
     settings = turn.settings
     recall = _Recall(turn, settings)
     personal = turn.effective_privacy() is Privacy.NONE
-    opted_in = personal and memory._user(turn.user_id).cross_server_opt_in
+    opted_in = personal and memory.known_settings.user(turn.user_id).cross_server_opt_in
 
     candidates: list[Entry] = []
     if turn.server_id is not None:

@@ -124,11 +124,11 @@ class Turn:
     @property
     def settings(self) -> ServerSettings:
         """The server's cached settings (defaults in a DM or when never configured)."""
-        return self.memory._server(self.server_id)
+        return self.memory.known_settings.server(self.server_id)
 
     def effective_privacy(self) -> Privacy:
         """The stricter of the level passed for this turn and the user's stored choice."""
-        stored = self.memory._users.get(self.user_id)
+        stored = self.memory.known_settings.stored_user(self.user_id)
         if stored is None or stored.privacy is Privacy.NONE:
             return self.privacy
         return max(self.privacy, stored.privacy, key=_PRIVACY_ORDER.index)
@@ -179,7 +179,7 @@ class Turn:
             private,
             lineage,
         )
-        return self.memory._meta(parts)
+        return self.memory.scope_meta(parts)
 
     # -- the read path --------------------------------------------------------------------
 
@@ -222,11 +222,11 @@ class Turn:
         # The fence first: the privacy choices read below are those of this position, and
         # any forget after it drops what it covers from this capture, in both tiers.
         fence = await memory.begin_write(self.user_id)
-        if memory.clock() - memory._settings_checked_at >= memory.config.settings_refresh_s:
-            await memory._refresh_settings()
+        if memory.known_settings.due(memory.clock(), memory.config.settings_refresh_s):
+            await memory.refresh_settings()
         privacy = self.effective_privacy()
         if stopped or not replies or privacy is Privacy.FULL:
-            memory._counts["captures_skipped"] += 1
+            memory.health.count("captures_skipped")
             return
         now = memory.clock()
         cap = memory.config.max_message_chars
@@ -237,7 +237,7 @@ class Turn:
                 speaker = r.persona_name or self.bot_name
                 kept.append(Message._unchecked("assistant", _cap(r.text, cap), None, speaker, now))
         if len(kept) == admitted:
-            memory._counts["captures_skipped"] += 1  # every reply was blank
+            memory.health.count("captures_skipped")  # every reply was blank
             return
         dialogue = tuple(kept[-memory.config.max_messages :])
         # The user's personal scope keeps only what they and the bot said: other people's
@@ -267,11 +267,11 @@ class Turn:
             await memory.write_capture(
                 scopes, meta, increment=live if counts else None, fence=fence, now=now
             )
-        memory._counts["captures"] += 1
+        memory.health.count("captures")
 
     def _admitted(self, history: Sequence[Message], now: float, cap: int) -> list[Message]:
         """History minus full-privacy authors and blank messages, stamped and capped."""
-        full_users = self.memory._full_privacy_users
+        full_users = self.memory.known_settings.full_privacy_users
         full = Privacy.FULL
         kept = []
         for m in history:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..cache.inprocess import InProcessCache
 from ..config import Config
-from ..memory import Memory
+from ..memory import open as open_memory
 from ..model import Message, ScopeKey, ScopeMeta
 from ..store.sqlite import SQLiteStore
 from .core import T0, Floor, Workload, peak_rss_mb
@@ -76,8 +76,7 @@ async def run_chatday(turns: int, live_entries: int, tmp: Path) -> ChatDayResult
         max_bytes=cfg.max_bytes,
     )
     store = SQLiteStore(tmp / f"chatday-{turns}-{live_entries}.db")
-    memory = Memory(store=store, cache=cache, config=cfg, clock=clock)
-    await memory._start()
+    memory = await open_memory(store, cache, config=cfg, clock=clock)
     work = Workload()
     if live_entries:
         filler = tuple(

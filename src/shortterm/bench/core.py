@@ -23,6 +23,7 @@ from typing import Any
 from ..cache.inprocess import InProcessCache
 from ..config import Config
 from ..memory import Memory
+from ..memory import open as open_memory
 from ..model import Message, Reply, ScopeKey, ScopeMeta
 from ..store.memory import MemoryStore
 from ..store.sqlite import SQLiteStore
@@ -282,16 +283,13 @@ async def measure_hydration(rows: int, tmp: Path) -> tuple[float, int]:
     )
     db.commit()
     db.close()
-    memory = Memory(
-        store=SQLiteStore(path),
-        cache=InProcessCache(
-            crude_ttl_s=43200, summary_ttl_s=86400, max_entries=rows * 2, max_bytes=1 << 40
-        ),
-        config=Config(sweep_interval_s=0),
-        clock=lambda: T0 + 60,
+    cache = InProcessCache(
+        crude_ttl_s=43200, summary_ttl_s=86400, max_entries=rows * 2, max_bytes=1 << 40
     )
     started = time.perf_counter()
-    await memory._start()
+    memory = await open_memory(
+        SQLiteStore(path), cache, config=Config(sweep_interval_s=0), clock=lambda: T0 + 60
+    )
     elapsed = time.perf_counter() - started
     hydrated = memory.stats()["hydrated_rows"]
     await memory.close()

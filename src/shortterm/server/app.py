@@ -205,7 +205,7 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
         channel_id: str | None,
         persona_id: str | None,
     ) -> EntriesOut:
-        found = await memory._owner_entries(kind, owner_id)
+        found = await memory.owner_entries(kind, owner_id)
         picked = [
             e
             for e in found

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreUnavailable
-from ..fence import WriteFence
 from ..model import Privacy, ScopeKey
 from . import texts
 from .arguments import Refused, parse_arguments
@@ -52,7 +51,7 @@ def tools(turn: Turn, format: str = "openai") -> list[dict[str, Any]]:
 
 
 def _refused(turn: Turn, message: str) -> ToolResult:
-    turn.memory._counts["upgrade_refusals"] += 1
+    turn.memory.health.count("upgrade_refusals")
     return ToolResult(False, message)
 
 
@@ -72,13 +71,12 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
     if name != texts.TOOL_NAME:
         shown = name[:80] if isinstance(name, str) else name
         return _refused(turn, texts.UNKNOWN_TOOL.format(name=shown, tool=texts.TOOL_NAME))
+    # The fence first: a forget after this point drops the update in both tiers.
+    fence = await memory.begin_write(turn.user_id)
     try:
-        # The fence first: a forget after this point drops the update in both tiers.
-        fence = await memory.begin_write(turn.user_id)
-        await memory._refresh_settings()
+        await memory.refresh_settings()
     except StoreUnavailable as exc:
-        memory._store_failed("settings refresh", exc)  # the cached settings still apply
-        fence = WriteFence(memory._head, turn.user_id)
+        memory.health.failed("settings refresh", exc)  # the cached settings still apply
     privacy = turn.effective_privacy()
     reason = refusal(turn, privacy)
     if reason is not None:
@@ -102,21 +100,21 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
             [(key, meta) for key in scopes], change, reset_counter=live, fence=fence
         )
     except StoreUnavailable as exc:
-        memory._store_failed("tool call", exc)
-        memory._counts["upgrade_refusals"] += 1
+        memory.health.failed("tool call", exc)
+        memory.health.count("upgrade_refusals")
         if exc.maybe_applied:
             turn.upgraded = True  # it may have landed: never a second one on this turn
             return ToolResult(False, texts.STORE_UNSURE)
         return ToolResult(False, texts.STORE_DOWN)
     finally:
         turn._upgrading = False
-    memory._store_ok()
+    memory.health.ok()
     if len(rows) < len(scopes):
         # A forget overtook the update; what did land (if anything) is removed by it.
-        memory._counts["upgrade_refusals"] += 1
+        memory.health.count("upgrade_refusals")
         return ToolResult(False, texts.OVERTAKEN)
     turn.upgraded = True
-    memory._counts["upgrades"] += 1
+    memory.health.count("upgrades")
     return ToolResult(True, texts.OK)
 
 
@@ -124,9 +122,9 @@ async def maintenance_due(turn: Turn) -> bool:
     """True when the tool may be used and the live counter reached the server's cadence."""
     memory = turn.memory
     try:
-        await memory._refresh_settings()
+        await memory.refresh_settings()
     except StoreUnavailable as exc:
-        memory._store_failed("settings refresh", exc)
+        memory.health.failed("settings refresh", exc)
     if refusal(turn) is not None:
         return False
     key, now = turn.live_key, memory.clock()
@@ -135,10 +133,10 @@ async def maintenance_due(turn: Turn) -> bool:
         try:
             row = await memory.store.load(key)
         except StoreUnavailable as exc:
-            memory._store_failed("counter read", exc)
+            memory.health.failed("counter read", exc)
             return False
-        memory._store_ok()
-        memory._counts["read_through"] += 1
+        memory.health.ok()
+        memory.health.count("read_through")
         if row is None:
             return False  # never captured: nothing to maintain yet
         await memory.cache.apply_rows([row], now)
