@@ -131,8 +131,12 @@ async def test_a_clear_in_one_process_is_never_undone_by_another_process(place: 
     finally:
         await writer.stop()
         await clearer.stop()
-    assert len(doomed) > ROUNDS  # most rounds had writes in flight when their clear began
     survivors = set().union(*(found_in(view, doomed) for view in views))
+    print(
+        f"\n{place.store.split(':')[0]}+{place.cache.split(':')[0]}: {ROUNDS} slots, "
+        f"{len(doomed)} writes in flight when their clear began, {len(survivors)} survived"
+    )
+    assert len(doomed) > ROUNDS  # most rounds had writes in flight when their clear began
     assert survivors == set()
 
 
@@ -160,6 +164,10 @@ async def test_full_privacy_chosen_elsewhere_leaves_not_one_word(place: Place) -
         await bot.stop()
         await admin.stop()
     leaked = {v for v in victims for view in views if f"{v}-word" in view}
+    print(
+        f"\n{place.store.split(':')[0]}+{place.cache.split(':')[0]}: {len(victims)} users "
+        f"chose FULL during {len(began)} captures; {len(leaked)} left a word"
+    )
     assert leaked == set()
     assert any("bystander speaking" in view for view in views[:2])  # others stay
 

@@ -147,6 +147,10 @@ async def _resurrections(
 async def test_a_clear_is_never_undone_by_a_write_in_flight(b: Backends) -> None:
     async with shortterm.open(store=b.store, cache=b.cache, config=CONFIG) as memory:
         bad, doomed = await _resurrections(memory, b, ROUNDS, seed=1234)
+    print(
+        f"\n{b.store.split(':')[0]}+{b.cache.split(':')[0]}: {ROUNDS} rounds, {doomed} writes "
+        f"in flight when their clear began, {bad} rounds with a resurrection"
+    )
     assert doomed > ROUNDS  # most rounds had writes in flight when their clear started
     assert bad == 0
 
@@ -162,6 +166,7 @@ async def test_the_race_finds_a_disabled_fence(tmp_path: Path) -> None:
 
         memory.begin_write = no_fence  # type: ignore[method-assign]
         bad, _ = await _resurrections(memory, b, 100, seed=99)
+    print(f"\nfence disabled: {bad} of 100 rounds with a resurrection")
     assert bad > 0
 
 

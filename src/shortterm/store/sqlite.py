@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -48,6 +49,8 @@ from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
 
 __all__ = ["SQLiteStore"]
+
+log = logging.getLogger("shortterm")
 
 T = TypeVar("T")
 
@@ -640,8 +643,9 @@ class SQLiteStore:
             if not busy:
                 return
         # Another connection kept reading through the busy timeout: the bytes leave the WAL
-        # at the next checkpoint. Counted, so the caller can see it.
+        # at the next checkpoint. Counted and logged, so the operator can see it.
         self.unscrubbed_forgets += 1
+        log.warning("shortterm could not truncate the SQLite WAL after a forget: a reader holds it")
 
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
