@@ -7,6 +7,9 @@ One turn is what the write and read paths ask of the tiers:
 * get: ``cache.get`` of the server scope (a hit);
 * summary: ``store.write_distilled`` of a summary to both scopes, resetting the counter.
 
+Every write carries a forget fence, as the facade's writes do (checked in the same statement
+or script that writes).
+
 Each operation is timed on its own (median and p99 in µs); turns/s is measured twice, one turn
 at a time and with 32 turns in flight. Network round trips per turn are counted by a second
 pass through a loopback TCP relay that counts every change of direction of each connection
@@ -35,6 +38,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from shortterm.cache.base import HotTier
 from shortterm.cache.inprocess import InProcessCache
 from shortterm.config import Config
+from shortterm.fence import WriteFence
 from shortterm.model import Message, ScopeKey
 from shortterm.store.base import DistilledWrite, ScopeMeta, Store
 from shortterm.store.sqlite import SQLiteStore
@@ -53,11 +57,17 @@ def scopes(i: int) -> tuple[ScopeKey, ScopeKey]:
     return ScopeKey.user(f"u{i % 50}", channel, "p1"), ScopeKey.server("g1", channel, "p1")
 
 
+def fence(i: int) -> WriteFence:
+    """The fence a turn's writes carry (checked where they land, as the facade does)."""
+    return WriteFence(0, f"u{i % 50}")
+
+
 async def capture(store: Store, cache: HotTier, i: int, now: float) -> None:
     user, server = scopes(i)
-    rows = await store.touch([(user, META), (server, META)], increment=server, now=now)
-    await cache.capture(user, MESSAGES, META, rows[0], now)
-    await cache.capture(server, MESSAGES, META, rows[1], now)
+    f = fence(i)
+    rows = await store.touch([(user, META), (server, META)], increment=server, now=now, fence=f)
+    await cache.capture(user, MESSAGES, META, rows[0], now, f)
+    await cache.capture(server, MESSAGES, META, rows[1], now, f)
 
 
 async def get(store: Store, cache: HotTier, i: int, now: float) -> None:
@@ -67,7 +77,7 @@ async def get(store: Store, cache: HotTier, i: int, now: float) -> None:
 async def summary(store: Store, cache: HotTier, i: int, now: float) -> None:
     user, server = scopes(i)
     await store.write_distilled(
-        [(user, META), (server, META)], SUMMARY, reset_counter=server, now=now
+        [(user, META), (server, META)], SUMMARY, reset_counter=server, now=now, fence=fence(i)
     )
 
 
