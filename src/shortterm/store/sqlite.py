@@ -47,6 +47,7 @@ from ..model import (
 )
 from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
+from .wal_watch import WalWatch
 
 __all__ = ["SQLiteStore"]
 
@@ -351,6 +352,8 @@ class SQLiteStore:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._closed = False
         self._data_version: int | None = None
+        self._wal = WalWatch(self.path)
+        self._wal_seen: bytes | None = None
         self.unscrubbed_forgets = 0  # forgets whose WAL could not be truncated at once
 
     @classmethod
@@ -719,11 +722,20 @@ class SQLiteStore:
     # -- the journal ----------------------------------------------------------------------
 
     def journal_moved(self) -> bool:
-        """Whether another connection committed since the last call (``data_version``, a
-        few hundred nanoseconds): only then can the journal hold entries we have not read."""
+        """Whether another connection committed since the last call: only then can the
+        journal hold entries we have not read. While no connection commits, a read of the
+        WAL-index header answers (a few hundred nanoseconds); after any commit, ours
+        included, ``PRAGMA data_version`` tells whether it was another connection's."""
+        if self._closed:
+            raise StoreUnavailable(f"SQLite store {self.path!r} is closed")
+        # The header first: a commit after this read changes it, so the next call looks.
+        header = self._wal.header()
+        if header is not None and header == self._wal_seen:
+            return False
         version = self._guard(
             "data version", lambda: self._db.execute("PRAGMA data_version").fetchone()[0]
         )
+        self._wal_seen = header
         moved = bool(version != self._data_version)
         self._data_version = version
         return moved
@@ -847,6 +859,7 @@ class SQLiteStore:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._wal.close()
             self._db.close()
 
     def checkpoint(self) -> None:
