@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -33,11 +33,13 @@ async def test_a_commit_by_another_process_is_always_seen_and_our_own_never(
     path = tmp_path / "watch.db"
     store = SQLiteStore(path)
     await store.migrate()
-    other = subprocess.Popen(
-        [sys.executable, "-c", _COMMITTER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    other = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _COMMITTER,
+        str(path),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
     )
     assert other.stdin is not None and other.stdout is not None
     rng = random.Random(7)
@@ -47,9 +49,9 @@ async def test_a_commit_by_another_process_is_always_seen_and_our_own_never(
         for i in range(400):
             step = rng.choice(["foreign", "foreign", "own", "own", "truncate", "idle"])
             if step in ("foreign", "truncate"):
-                other.stdin.write(("truncate" if step == "truncate" else "commit") + "\n")
-                other.stdin.flush()
-                assert other.stdout.readline().strip() == "done"
+                other.stdin.write(b"truncate\n" if step == "truncate" else b"commit\n")
+                await other.stdin.drain()
+                assert (await other.stdout.readline()).strip() == b"done"
             elif step == "own":
                 key = ScopeKey.server("g", f"c{i}", None)
                 await store.touch([(key, ScopeMeta(server_id="g"))], increment=key, now=1.0)
@@ -61,8 +63,7 @@ async def test_a_commit_by_another_process_is_always_seen_and_our_own_never(
             assert store.journal_moved() is False  # nothing happened since the last look
     finally:
         other.stdin.close()
-        other.wait(timeout=10)
-        other.stdout.close()
+        await asyncio.wait_for(other.wait(), 10)
         await store.close()
     assert missed == 0
     assert spurious == 0
