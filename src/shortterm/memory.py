@@ -336,14 +336,25 @@ class Memory:
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)
         entry = await self.cache.get(key, now)
-        if entry is None and not self.cache.complete and await self.cache.counter(key, now) is None:
-            fence = WriteFence(self._head)  # a forget landing after the load wins
-            row = await self.store.load(key)
-            self.health.count("read_through")
-            if row is not None:
-                await self.cache.apply_rows([row], now, fence)
-                entry = await self.cache.get(key, now)
+        cache = self.cache
+        if (
+            entry is None
+            and not cache.complete
+            and await cache.counter(key, now) is None
+            and await self.read_through(key, now) is not None
+        ):
+            entry = await cache.get(key, now)
         return entry
+
+    async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
+        """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
+        lands while the row is in flight wins over it."""
+        fence = WriteFence(self._head)
+        row = await self.store.load(key)
+        self.health.count("read_through")
+        if row is not None:
+            await self.cache.apply_rows([row], now, fence)
+        return row
 
     async def owner_entries(self, kind: str, owner_id: str) -> list[Entry]:
         """Live entries of one owner, re-read from the durable tier when the hot tier may

@@ -131,14 +131,12 @@ async def maintenance_due(turn: Turn) -> bool:
     count = await memory.cache.counter(key, now)
     if count is None:
         try:
-            row = await memory.store.load(key)
+            row = await memory.read_through(key, now)
         except StoreUnavailable as exc:
             memory.health.failed("counter read", exc)
             return False
         memory.health.ok()
-        memory.health.count("read_through")
         if row is None:
             return False  # never captured: nothing to maintain yet
-        await memory.cache.apply_rows([row], now)
         count = row.turns_since_refresh
     return count >= turn.settings.refresh_cadence
