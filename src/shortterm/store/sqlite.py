@@ -303,7 +303,10 @@ def _journal(
         (kind, json.dumps(list(subject)), subject_user, json.dumps(list(targets)), now),
     )
     seq = int(cur.lastrowid or 0)
-    db.executemany("INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets])
+    if targets:  # edits and settings changes fence nothing
+        db.executemany(
+            "INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets]
+        )
     return seq
 
 
