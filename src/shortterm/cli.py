@@ -602,9 +602,8 @@ def show(
 def clear() -> None:
     """Forget a channel, a user, or one server channel's shared memory (both tiers).
 
-    Each subcommand asks for confirmation; --yes skips it. A bot process with its own
-    in-process cache keeps what it holds until it restarts: clear through the bot, or share
-    a Redis cache, to forget there too.
+    Each subcommand asks for confirmation; --yes skips it. Every process on the same store
+    follows the forget before its next call returns, whatever its cache.
 
     \b
     Example: shortterm clear channel 222 --yes

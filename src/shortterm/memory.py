@@ -2,8 +2,10 @@
 
 Everything durable is written through and awaited: when a method returns, its write is
 committed. Reads hit the hot tier; a miss reads through the durable tier unless the hot tier
-knows it is complete. Settings are cached in the process and refreshed incrementally every
-``settings_refresh_s`` so a warm turn costs no settings query.
+knows it is complete. Settings are cached in the process. Every forget, settings change and
+distilled write is journaled; before a call returns, the process applies what others
+journaled (a cheap check when nothing moved), and every write is fenced at the journal
+position it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
 """
 
 from __future__ import annotations
