@@ -7,12 +7,12 @@ command ``{"op": ..., ...}``; each output line is ``{"ok": result}`` or ``{"erro
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
 import shortterm
 from shortterm.store.base import DistilledWrite
+from tests.workers import serve
 
 CONFIG = shortterm.Config(sweep_interval_s=0, settings_refresh_s=0)
 
@@ -88,22 +88,8 @@ async def handle(memory: shortterm.Memory, name: str, cmd: dict[str, Any]) -> An
 
 
 async def main(store_url: str, cache_url: str, name: str) -> None:
-    loop = asyncio.get_running_loop()
     async with shortterm.open(store=store_url, cache=cache_url, config=CONFIG) as memory:
-        print(json.dumps({"ok": "ready"}), flush=True)
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line:
-                return
-            cmd = json.loads(line)
-            if cmd["op"] == "quit":
-                print(json.dumps({"ok": None}), flush=True)
-                return
-            try:
-                reply: dict[str, Any] = {"ok": await handle(memory, name, cmd)}
-            except Exception as exc:
-                reply = {"error": f"{type(exc).__name__}: {exc}"}
-            print(json.dumps(reply), flush=True)
+        await serve(lambda cmd: handle(memory, name, cmd))
 
 
 if __name__ == "__main__":

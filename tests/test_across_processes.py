@@ -4,68 +4,17 @@ writes, another sees, and concurrent turns in both never lose a counter step or 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-from pathlib import Path
-from typing import Any
 
 from shortterm.model import ScopeKey
 from shortterm.store.postgres import PostgresStore
+from tests.workers import Worker
 
-ROOT = Path(__file__).resolve().parent.parent
-REPLY_TIMEOUT_S = 60.0
-
-
-class Worker:
-    """One ``tests.crossproc_worker`` process, driven one command at a time."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    @classmethod
-    async def start(cls, store_url: str, cache_url: str, name: str) -> Worker:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.crossproc_worker",
-            store_url,
-            cache_url,
-            name,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
-        )
-        worker = cls(proc)
-        assert await worker._reply() == "ready"
-        return worker
-
-    async def _reply(self) -> Any:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), REPLY_TIMEOUT_S)
-        assert line, f"worker exited with {await self.proc.wait()}"
-        reply = json.loads(line)
-        assert "error" not in reply, reply["error"]
-        return reply["ok"]
-
-    async def call(self, op: str, **args: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
-        await self.proc.stdin.drain()
-        return await self._reply()
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            try:
-                await self.call("quit")
-            finally:
-                if self.proc.returncode is None and self.proc.stdin is not None:
-                    self.proc.stdin.close()
-                await asyncio.wait_for(self.proc.wait(), REPLY_TIMEOUT_S)
+WORKER = "tests.crossproc_worker"
 
 
 async def _pair(urls: tuple[str, str]) -> tuple[Worker, Worker]:
     # Both open (and so migrate the fresh schema) at the same time.
-    a, b = await asyncio.gather(Worker.start(*urls, "a"), Worker.start(*urls, "b"))
+    a, b = await asyncio.gather(Worker.start(WORKER, *urls, "a"), Worker.start(WORKER, *urls, "b"))
     return a, b
 
 

@@ -12,7 +12,6 @@ token and reports when its fence was read.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import sys
@@ -24,6 +23,7 @@ from shortterm import Message, Privacy, Reply, UserSettings
 from shortterm.fence import WriteFence
 from shortterm.tool import texts
 from tests.fence_support import TOKEN, Jitter, Seen, with_token
+from tests.workers import serve
 
 CONFIG = shortterm.Config(sweep_interval_s=0)
 G = "g1"
@@ -187,7 +187,6 @@ async def handle(memory: shortterm.Memory, began: Began, cmd: dict[str, Any]) ->
 
 
 async def main(store_url: str, cache_url: str, jitter_seed: str | None) -> None:
-    loop = asyncio.get_running_loop()
     async with shortterm.open(store=store_url, cache=cache_url, config=CONFIG) as memory:
         if jitter_seed is not None:
             rng = random.Random(int(jitter_seed))
@@ -202,17 +201,7 @@ async def main(store_url: str, cache_url: str, jitter_seed: str | None) -> None:
             memory.begin_write = no_fence  # type: ignore[method-assign]
         began = Began()
         began.watch(memory)
-        print(json.dumps({"ok": "ready"}), flush=True)
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line or json.loads(line)["op"] == "quit":
-                print(json.dumps({"ok": None}), flush=True)
-                return
-            try:
-                reply: dict[str, Any] = {"ok": await handle(memory, began, json.loads(line))}
-            except Exception as exc:  # reported to the test, which fails on it
-                reply = {"error": f"{type(exc).__name__}: {exc}"}
-            print(json.dumps(reply), flush=True)
+        await serve(lambda cmd: handle(memory, began, cmd))
 
 
 if __name__ == "__main__":

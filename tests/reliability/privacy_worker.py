@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
 import shortterm
 from shortterm import Message, Privacy, Reply, ServerSettings, UserSettings
+from tests.workers import serve
 
 CONFIG = shortterm.Config(sweep_interval_s=0, settings_refresh_s=0)
 
@@ -54,19 +54,8 @@ async def handle(memory: shortterm.Memory, cmd: dict[str, Any]) -> Any:
 
 
 async def main(store_url: str, cache_url: str) -> None:
-    loop = asyncio.get_running_loop()
     async with shortterm.open(store=store_url, cache=cache_url, config=CONFIG) as memory:
-        print(json.dumps({"ok": "ready"}), flush=True)
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line or json.loads(line)["op"] == "quit":
-                print(json.dumps({"ok": None}), flush=True)
-                return
-            try:
-                reply: dict[str, Any] = {"ok": await handle(memory, json.loads(line))}
-            except Exception as exc:
-                reply = {"error": f"{type(exc).__name__}: {exc}"}
-            print(json.dumps(reply), flush=True)
+        await serve(lambda cmd: handle(memory, cmd))
 
 
 if __name__ == "__main__":

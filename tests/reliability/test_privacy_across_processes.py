@@ -7,55 +7,21 @@ server."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from tests.support import with_query
+from tests.workers import Worker
 
-ROOT = Path(__file__).resolve().parents[2]
-REPLY_TIMEOUT_S = 60.0
 G1, G2, G3 = "guild-1", "guild-2", "guild-3"
 SECRET, THREAD, BEN = "SECRET-PLAN-41", "THREAD-PLAN-42", "BEN-WORDS-43"
 ANA_ELSEWHERE = "ANA-ELSEWHERE-44"
 
 
-class Worker:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    @classmethod
-    async def start(cls, store: str, cache: str) -> Worker:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.reliability.privacy_worker", store, cache,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-        )  # fmt: skip
-        worker = cls(proc)
-        assert await worker._reply() == "ready"
-        return worker
-
-    async def _reply(self) -> Any:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), REPLY_TIMEOUT_S)
-        assert line, f"worker exited with {await self.proc.wait()}"
-        reply = json.loads(line)
-        assert "error" not in reply, reply["error"]
-        return reply["ok"]
-
-    async def call(self, op: str, **args: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
-        await self.proc.stdin.drain()
-        return await self._reply()
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            await self.call("quit")
-            await asyncio.wait_for(self.proc.wait(), REPLY_TIMEOUT_S)
+async def _start(store: str, cache: str) -> Worker:
+    return await Worker.start("tests.reliability.privacy_worker", store, cache)
 
 
 async def remember(writer: Worker) -> None:
@@ -101,13 +67,13 @@ async def check(reader: Worker, *, made_public: bool = False) -> None:
 
 async def test_rules_hold_after_a_restart_on_sqlite(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'p.db'}"
-    writer = await Worker.start(store, "memory://")
+    writer = await _start(store, "memory://")
     try:
         await remember(writer)
     finally:
         await writer.stop()
     # A restart: the hot tier is rebuilt from the summaries on disk (messages are gone).
-    reader = await Worker.start(store, "memory://")
+    reader = await _start(store, "memory://")
     try:
         await check(reader)
         await reader.call("private", server=G1, channels=[])
@@ -122,12 +88,12 @@ async def test_rules_hold_across_processes_on_postgres_and_redis(
 ) -> None:
     store = with_query(pg_url, schema=schema)
     cache = with_query(redis_url, prefix=quote(prefix))
-    writer = await Worker.start(store, cache)
+    writer = await _start(store, cache)
     try:
         await remember(writer)
     finally:
         await writer.stop()  # the capturing process is gone: a restart
-    a, b = await asyncio.gather(Worker.start(store, cache), Worker.start(store, cache))
+    a, b = await asyncio.gather(_start(store, cache), _start(store, cache))
     try:
         if made_public:
             # Private when captured stays private: the flag was recorded on the entries.
