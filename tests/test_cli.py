@@ -176,6 +176,31 @@ def test_clear_user_and_server_channel(db: str) -> None:
     assert _count(db, "--server", "g1") == 1  # the no-persona row is another entry
 
 
+async def _settings(store: str, user_id: str) -> shortterm.UserSettings:
+    async with shortterm.open(store, hydrate=False) as memory:
+        return await memory.user_settings(user_id)
+
+
+def test_privacy_full_asks_then_forgets_and_is_stored(db: str) -> None:
+    result = run("privacy", "u1", "full", "--store", db, input="n\n")
+    assert result.exit_code == 1 and _count(db, "--user", "u1") == 2  # declined: unchanged
+    result = run("privacy", "u1", "full", "--store", db, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "privacy full" in result.stdout and "forgotten" in result.stdout
+    assert _count(db, "--user", "u1") == 0 and _count(db, "--user", "u2") == 1
+    assert asyncio.run(_settings(db, "u1")).privacy is shortterm.Privacy.FULL
+
+
+def test_privacy_keeps_the_opt_in_unless_told(db: str) -> None:
+    assert run("privacy", "u2", "none", "--cross-server", "--store", db).exit_code == 0
+    result = run("privacy", "u2", "partial", "--store", db)  # no confirmation below full
+    assert result.exit_code == 0 and "cross-server recall on" in result.stdout
+    assert asyncio.run(_settings(db, "u2")) == shortterm.UserSettings(
+        shortterm.Privacy.PARTIAL, True
+    )
+    assert run("privacy", "u2", "loud", "--store", db).exit_code == 2
+
+
 def test_janitor_deletes_old_rows(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'old.db'}"
     asyncio.run(_fill(db, age_s=40 * 86400))

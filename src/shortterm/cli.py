@@ -676,6 +676,46 @@ def clear_server_channel(
     _cleared(_run(go()))
 
 
+@main.command()
+@memory_options
+@click.argument("user_id")
+@click.argument("level", type=click.Choice(["none", "partial", "full"]))
+@click.option(
+    "--cross-server/--no-cross-server",
+    default=None,
+    help="Opt the user in to (or out of) recall across servers [default: keep the stored choice].",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (asked for full only).")
+def privacy(
+    store: str, cache: str, user_id: str, level: str, cross_server: bool | None, yes: bool
+) -> None:
+    """Store a user's privacy choice; full also forgets what was kept of them.
+
+    Every process on the same store honours the choice before its next call returns.
+
+    \b
+    Example: shortterm privacy 111 full --yes
+    """
+    from .model import Privacy, UserSettings
+
+    chosen = Privacy(level)
+    if chosen is Privacy.FULL:
+        _confirm(f"Forget user {user_id} and never remember them again?", yes)
+
+    async def go() -> UserSettings:
+        async with _open(store, cache) as memory:
+            current = await memory.user_settings(user_id)
+            opt_in = current.cross_server_opt_in if cross_server is None else cross_server
+            settings = UserSettings(chosen, opt_in)
+            await memory.configure_user(user_id, settings)
+            return settings
+
+    done = _run(go())
+    what = " (what was kept of them is forgotten)" if done.privacy is Privacy.FULL else ""
+    across = "on" if done.cross_server_opt_in else "off"
+    click.echo(f"user {user_id}: privacy {done.privacy.value}, cross-server recall {across}{what}")
+
+
 # -- the durable tier ------------------------------------------------------------------------
 
 

@@ -149,7 +149,7 @@ def _cli(*args: str) -> str:
     return done.stdout
 
 
-async def test_the_cli_and_an_admin_process_forget_for_a_running_bot(tmp_path: Path) -> None:
+async def test_the_cli_and_another_process_forget_for_a_running_bot(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'bot.db'}"
     bot = await _start(store, "memory://")
     try:
@@ -163,13 +163,19 @@ async def test_the_cli_and_an_admin_process_forget_for_a_running_bot(tmp_path: P
         assert "PLANS-SECRET-1" not in here and "PLANS-SUM" not in here
 
         await bot.call("capture", user="ben", channel="trips", server="g1", text="BEN-WORDS-2")
-        admin = await _start(store, "memory://")
-        try:
-            await admin.call("full", users=["ben"], at=0)
-        finally:
-            await admin.stop()
+        out = await asyncio.to_thread(_cli, "privacy", "ben", "full", "--yes", "--store", store)
+        assert "privacy full" in out
         seen = await bot.call("entries", channels=["trips"], users=["ben"])
         assert "BEN-WORDS-2" not in seen
+
+        await bot.call("capture", user="cleo", channel="trips", server="g1", text="CLEO-WORDS-4")
+        admin = await _start(store, "memory://")  # the library, from another process
+        try:
+            await admin.call("full", users=["cleo"], at=0)
+        finally:
+            await admin.stop()
+        seen = await bot.call("entries", channels=["trips"], users=["cleo"])
+        assert "CLEO-WORDS-4" not in seen
         await bot.call("capture", user="ben", channel="trips", server="g1", text="BEN-WORDS-3")
         seen = await bot.call("entries", channels=["trips"], users=["ben"])
         here = await bot.call("context", user="ana", channel="general", server="g1")
