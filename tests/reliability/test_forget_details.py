@@ -3,6 +3,7 @@ channel's past, and a commit whose outcome is unknown."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -171,6 +172,10 @@ async def test_a_commit_lost_in_flight_says_so_and_the_scope_reads_through(
         assert await memory.get(key) is not None
         turn = _turn(memory, "ana", "c1", server_id=G)
         assert (await turn.call_tool(texts.TOOL_NAME, {"summary": "first"})).ok
+        # Our own edit's NOTIFY comes back to our listener: follow it now, so that the call
+        # below starts with nothing to read (else that read is what the cut loses).
+        await asyncio.sleep(0.3)
+        assert await memory.get(key) is not None
         # The write is sent whole (its statement is prepared), executed and committed; only
         # the answer is lost.
         pg_proxy.cut("replies")
@@ -193,7 +198,7 @@ async def test_a_commit_lost_in_flight_says_so_and_the_scope_reads_through(
                 break
             except StoreUnavailable:
                 clock.advance(0)  # the pool is reconnecting
-                await __import__("asyncio").sleep(0.2)
+                await asyncio.sleep(0.2)
         assert stored == ["maybe-saved"]
         assert entry is not None and entry.summary == "maybe-saved"
         assert [m.content for m in entry.messages] == ["hello", "noted"]  # messages kept
