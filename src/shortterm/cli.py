@@ -107,25 +107,29 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+# The environment is read here, once, for every command that opens memory: a command with
+# its own --store/--cache decorator would silently ignore SHORTTERM_STORE / SHORTTERM_CACHE.
+_store_option = click.option(
+    "--store",
+    envvar="SHORTTERM_STORE",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    show_envvar=True,
+    help="Durable tier URL (sqlite:///…, postgresql://…, memory://).",
+)
+_cache_option = click.option(
+    "--cache",
+    envvar="SHORTTERM_CACHE",
+    default="memory://",
+    show_default=True,
+    show_envvar=True,
+    help="Hot tier URL (memory:// or redis://…).",
+)
+
+
 def memory_options(fn: F) -> F:
     """``--store`` and ``--cache``, defaulting to ``SHORTTERM_STORE`` / ``SHORTTERM_CACHE``."""
-    fn = click.option(
-        "--cache",
-        envvar="SHORTTERM_CACHE",
-        default="memory://",
-        show_default=True,
-        show_envvar=True,
-        help="Hot tier URL (memory:// or redis://…).",
-    )(fn)
-    fn = click.option(
-        "--store",
-        envvar="SHORTTERM_STORE",
-        default=DEFAULT_STORE_URL,
-        show_default=True,
-        show_envvar=True,
-        help="Durable tier URL (sqlite:///…, postgresql://…, memory://).",
-    )(fn)
-    return fn
+    return _store_option(_cache_option(fn))
 
 
 def _open(store: str, cache: str, *, hydrate: bool = False) -> _Opening:
@@ -282,7 +286,7 @@ def demo(store: str, cache: str, keep: bool) -> None:
     """Run a scripted conversation and print what is remembered.
 
     The demo starts from an empty database (unless --keep), so it has its own default store
-    and ignores SHORTTERM_STORE.
+    and ignores SHORTTERM_STORE and SHORTTERM_CACHE.
 
     \b
     Example: shortterm demo --store sqlite:///demo.db
@@ -295,10 +299,7 @@ def demo(store: str, cache: str, keep: bool) -> None:
 @main.command()
 @click.option("--host", default=None, help="Address to listen on. [default: 127.0.0.1]")
 @click.option("--port", default=None, type=int, help="Port to listen on. [default: 8765]")
-@click.option(
-    "--store", default="sqlite:///shortterm.db", show_default=True, help="Durable tier URL."
-)
-@click.option("--cache", default="memory://", show_default=True, help="Hot tier URL.")
+@memory_options
 @click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
 def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
     """Run the HTTP sidecar (JSON under /v1, /healthz, /metrics, /openapi.json).
@@ -710,14 +711,7 @@ def janitor(store: str, cache: str, retention_days: int | None) -> None:
 
 
 @main.command()
-@click.option(
-    "--store",
-    envvar="SHORTTERM_STORE",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    show_envvar=True,
-    help="Durable tier URL.",
-)
+@_store_option
 def migrate(store: str) -> None:
     """Apply pending schema migrations to the store (opening memory does it too).
 
