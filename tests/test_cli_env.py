@@ -54,6 +54,7 @@ def test_the_store_variable_is_read(args: list[str], tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", list(COMMANDS.values()), ids=" ".join)
 def test_the_cache_variable_is_read(args: list[str], tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'env.db'}"
+    asyncio.run(_fill(store))
     result = run(args, {"SHORTTERM_STORE": store, "SHORTTERM_CACHE": "nope://x"}, tmp_path)
     assert result.exit_code == 2, result.output
     assert "cache='nope://x'" in result.output

@@ -36,7 +36,7 @@ from . import migrations
 from .base import JOURNAL_RETENTION_S, DistilledWrite, Forgotten, ScopeMeta, ScopeRow, ServerSummary
 from .memory import merge_categories
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "sqlite_path"]
 
 T = TypeVar("T")
 
@@ -311,6 +311,11 @@ def _path_from_url(url: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"sqlite URL without a path: {url!r}")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return path, options
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite://`` URL names (relative to the working directory unless absolute)."""
+    return _path_from_url(url)[0]
 
 
 class SQLiteStore:
