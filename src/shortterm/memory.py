@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from types import EllipsisType, TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
 from .cache.base import HotTier
@@ -47,6 +56,25 @@ from .turn import Turn
 __all__ = ["Memory", "open"]
 
 log = logging.getLogger("shortterm")
+
+_M = TypeVar("_M", bound="Memory")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def one_call(
+    method: Callable[Concatenate[_M, _P], Awaitable[_R]],
+) -> Callable[Concatenate[_M, _P], Coroutine[Any, Any, _R]]:
+    """Runs a public method as one hot-tier operation: once the hot tier fails during it,
+    its later hot-tier steps fail at once (see ``HotTier.operation``)."""
+
+    @functools.wraps(method)
+    async def call(self: _M, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.cache.operation():
+            return await method(self, *args, **kwargs)
+
+    return call
+
 
 Clock = Callable[[], float]
 
@@ -296,6 +324,7 @@ class Memory:
         self._servers.update(await self.store.server_settings_since(since))
         self._remember_users(await self.store.user_settings_since(since))
 
+    @one_call
     async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
         check_id("server_id", server_id)
         if not isinstance(settings, ServerSettings):
@@ -332,6 +361,7 @@ class Memory:
         await self._refresh_settings()
         return self._server(server_id)
 
+    @one_call
     async def configure_user(self, user_id: str, settings: UserSettings) -> None:
         """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
         purged in the same transaction that stores the choice, and it holds in every process
@@ -373,6 +403,7 @@ class Memory:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @one_call
     async def get(self, key: ScopeKey) -> Entry | None:
         """What ``key`` remembers now, or ``None`` when nothing is live."""
         if not isinstance(key, ScopeKey):
@@ -536,6 +567,7 @@ class Memory:
             raise InvalidInput(field, value, "a string")
         return truncate(clean_text(value.strip()), self.config.max_summary_chars)
 
+    @one_call
     async def set_summary(self, key: ScopeKey, text: str | None) -> Entry | None:
         """Replace the summary of one scope (an admin edit; ``None`` clears it). Durable."""
         if not isinstance(key, ScopeKey):
@@ -546,6 +578,7 @@ class Memory:
         await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
         return await self.cache.get(key, self.clock())
 
+    @one_call
     async def set_categories(self, key: ScopeKey, values: Mapping[str, str]) -> Entry | None:
         """Replace the category values of one scope (an admin edit; blank values are dropped)."""
         if not isinstance(key, ScopeKey):
@@ -677,6 +710,7 @@ class Memory:
         await self._caught_up_to(forgotten.seq)
         return max(int(forgotten.rows), int(evicted))
 
+    @one_call
     async def clear_channel(self, channel_id: str) -> int:
         """Forget a channel: every user, persona and scope of it, in both tiers."""
         check_id("channel_id", channel_id)
@@ -686,6 +720,7 @@ class Memory:
             lambda: self.cache.delete_channel(channel_id),
         )
 
+    @one_call
     async def clear_user(self, user_id: str) -> int:
         """Forget a user: their user-scope rows and entries, every message they wrote from
         every other entry (server scopes, other users' scopes), and their settings row —
@@ -713,6 +748,7 @@ class Memory:
             self._remember_users({user_id: keep})
         return changed
 
+    @one_call
     async def clear_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None = None
     ) -> int:
