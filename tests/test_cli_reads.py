@@ -73,8 +73,14 @@ def test_export_names_the_store_it_read(filled: Path) -> None:
 def test_inspect_into_a_pipe_cuts_nothing(filled: Path) -> None:
     result = run(["inspect", "--channel", "c1"], filled, columns=80)
     assert result.exit_code == 0, result.output
-    assert LONG.strip() in result.stdout
     assert "…" not in result.stdout
+    header, _, server, user = result.stdout.splitlines()
+    assert header.split() == [
+        "kind", "owner", "channel", "persona", "summary", "categories", "turns", "written",
+    ]  # fmt: skip
+    assert server.split()[:5] == ["server", "g1", "c1", "#plans", "7"]
+    assert LONG.strip() in server and server.rstrip().endswith("just now")
+    assert user.split()[:5] == ["user", "u1", "c1", "#plans", "7"]
 
 
 def test_inspect_json_is_one_object_per_row(filled: Path) -> None:

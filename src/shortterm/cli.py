@@ -597,7 +597,11 @@ def inspect(
         flexible=4,
         width=console.width if console.is_terminal else None,
     )
-    console.print(table, width=None if console.is_terminal else needed, crop=console.is_terminal)
+    if not console.is_terminal:  # a pipe or a file: as wide as the rows, nothing cut
+        from rich.console import Console
+
+        console = Console(highlight=False, width=needed)
+    console.print(table)
     if len(rows) > limit:
         console.print(f"… and {len(rows) - limit} more (raise --limit)", markup=False)
 
