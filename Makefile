@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 .PHONY: run demo test browser lint bench clean
 
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): pip installs shortterm with its dev, postgres and redis extras (quiet; 1-2 minutes on a fresh clone)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis]'

@@ -10,12 +10,24 @@ Works against any OpenAI-compatible endpoint::
 The model sees the channel's working memory, may call ``update_short_term_memory`` (at most
 once per turn: shortterm stops offering it after a successful update), and its final answer
 is captured, so the next turn remembers this one.
+
+``--user-id`` / ``--channel-id`` / ``--server-id`` pick the conversation: the same user in
+another channel of the same server is recalled there. Raw messages live only in the hot tier,
+and each run of this script is a new process: with the default in-process cache only the
+summaries (durable, in ``--store``) survive from one run to the next. To see another
+channel's raw messages recalled across runs, share a cache, as bots do::
+
+    python examples/openai_tool_loop.py ... --cache redis://127.0.0.1:6379/0 \\
+        --channel-id plans "pack list for Saturday?"
+    python examples/openai_tool_loop.py ... --cache redis://127.0.0.1:6379/0 \\
+        --channel-id general "ready?"          # the prompt quotes what #plans said
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,9 +42,7 @@ Messages = list[dict[str, Any]]
 SYSTEM = "You are {bot}, a friendly member of this chat. Answer briefly."
 
 
-async def assemble_prompt(
-    memory: shortterm.Memory, turn: shortterm.Turn, dialogue: Sequence[shortterm.Message]
-) -> Messages:
+async def assemble_prompt(turn: shortterm.Turn, dialogue: Sequence[shortterm.Message]) -> Messages:
     """The messages the model sees for this turn: the system prompt, the dialogue, and the
     rendered working memory spliced in at the depths the server configured."""
     system: Messages = [{"role": "system", "content": SYSTEM.format(bot=turn.bot_name)}]
@@ -51,7 +61,6 @@ def openai_messages(dialogue: Sequence[shortterm.Message]) -> Messages:
 
 async def run_turn(
     client: AsyncOpenAI,
-    memory: shortterm.Memory,
     turn: shortterm.Turn,
     dialogue: Sequence[shortterm.Message],
     *,
@@ -59,7 +68,7 @@ async def run_turn(
     max_rounds: int = 4,
 ) -> str:
     """Generate the reply, running the model's tool calls; returns the reply text."""
-    messages = await assemble_prompt(memory, turn, dialogue)
+    messages = await assemble_prompt(turn, dialogue)
     for _ in range(max_rounds):
         tools = turn.tools("openai")  # [] once the memory was updated this turn
         request: dict[str, Any] = {"model": model, "messages": messages}
@@ -84,6 +93,7 @@ async def main(
     model: str,
     user_message: str,
     store: str = "sqlite:///shortterm.db",
+    cache: str = "memory://",
     api_key: str = "not-needed",
     user_id: str = "111",
     user_name: str = "Ana",
@@ -95,7 +105,7 @@ async def main(
     from openai import AsyncOpenAI  # heavy: imported only when the example runs
 
     async with (
-        shortterm.open(store=store) as memory,
+        shortterm.open(store=store, cache=cache) as memory,
         AsyncOpenAI(base_url=base_url, api_key=api_key) as client,
     ):
         turn = memory.turn(
@@ -108,7 +118,7 @@ async def main(
             provider="openai",
         )
         dialogue = [shortterm.Message("user", user_message, author_id=user_id, speaker=user_name)]
-        reply = await run_turn(client, memory, turn, dialogue, model=model)
+        reply = await run_turn(client, turn, dialogue, model=model)
         await turn.capture(history=dialogue, replies=[shortterm.Reply(reply)] if reply else [])
         return reply
 
@@ -119,7 +129,15 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-url", required=True, help="an OpenAI-compatible /v1 URL")
     parser.add_argument("--model", required=True)
     parser.add_argument("--api-key", default="not-needed")
-    parser.add_argument("--store", default="sqlite:///shortterm.db")
+    parser.add_argument(
+        "--store", default=os.environ.get("SHORTTERM_STORE", "sqlite:///shortterm.db")
+    )
+    parser.add_argument("--cache", default=os.environ.get("SHORTTERM_CACHE", "memory://"))
+    parser.add_argument("--user-id", default="111")
+    parser.add_argument("--user-name", default="Ana")
+    parser.add_argument("--channel-id", default="222")
+    parser.add_argument("--server-id", default="333", help="an empty string for a DM")
+    parser.add_argument("--bot-name", default="Tomo")
     args = parser.parse_args(argv)
     reply = asyncio.run(
         main(
@@ -127,7 +145,13 @@ def cli(argv: Sequence[str] | None = None) -> int:
             model=args.model,
             user_message=args.message,
             store=args.store,
+            cache=args.cache,
             api_key=args.api_key,
+            user_id=args.user_id,
+            user_name=args.user_name,
+            channel_id=args.channel_id,
+            server_id=args.server_id or None,
+            bot_name=args.bot_name,
         )
     )
     print(reply)

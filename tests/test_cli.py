@@ -111,8 +111,9 @@ def test_the_store_comes_from_the_environment(db: str, tmp_path: Path) -> None:
     result = run("inspect", "--channel", "c1", env={"SHORTTERM_STORE": db})
     assert result.exit_code == 0 and "Hike on Saturday" in result.stdout
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    result = run("inspect", "--channel", "c1", "--store", other, env={"SHORTTERM_STORE": db})
-    assert "no rows match" in result.stdout  # the option wins
+    asyncio.run(_fill(other, age_s=0))
+    result = run("inspect", "--channel", "c9", "--store", other, env={"SHORTTERM_STORE": db})
+    assert "no rows match in " + str(tmp_path / "other.db") in result.stdout  # the option wins
 
 
 def test_show_prints_summary_categories_and_markup_as_text(db: str) -> None:
@@ -263,8 +264,7 @@ def test_an_unavailable_store_exits_3(tmp_path: Path) -> None:
 def test_a_bad_url_exits_2(tmp_path: Path) -> None:
     result = run("inspect", "--store", "nonsense", "--channel", "c1")
     assert result.exit_code == 2 and "not a URL" in result.stderr
-    store = f"sqlite:///{tmp_path / 'stm.db'}"
-    result = run("export", "--store", store, "--cache", "carrier-pigeon://x")
+    result = run("export", "--store", "memory://", "--cache", "carrier-pigeon://x")
     assert result.exit_code == 2 and "unknown scheme" in result.stderr
 
 

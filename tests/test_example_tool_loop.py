@@ -8,8 +8,12 @@ disk afterwards (checked by reopening the SQLite file).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -177,3 +181,32 @@ async def test_a_refused_call_is_reported_to_the_model_and_nothing_is_written(
     conn.close()
     assert summaries
     assert all(s is None for (s,) in summaries)
+
+
+def test_the_prompt_needs_only_the_turn(example: ModuleType) -> None:
+    assert list(inspect.signature(example.assemble_prompt).parameters) == ["turn", "dialogue"]
+    doc = " ".join(example.__doc__.split())
+    assert "Raw messages live only in the hot tier" in doc and "only the summaries" in doc
+
+
+def test_the_flags_show_another_channel_recalled(
+    tmp_path: Path, scale_urls: tuple[str, str]
+) -> None:
+    """Run as a user would, twice: #plans, then #general for the same user, on a shared cache."""
+    _, cache = scale_urls
+    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    with ScriptedModel([text("Water and snacks."), text("Ready!")]) as model:
+        for channel, said in (("plans", "pack list for Saturday?"), ("general", "ready?")):
+            proc = subprocess.run(
+                [
+                    sys.executable, str(EXAMPLE), "--base-url", model.base_url, "--model", "m",
+                    "--store", store, "--cache", cache, "--user-id", "u9", "--user-name", "Bo",
+                    "--channel-id", channel, "--server-id", "g9", said,
+                ],
+                env=env, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Ready!"
+    prompt = "\n".join(m.get("content") or "" for m in model.requests[1]["messages"])
+    assert "Bo: pack list for Saturday?" in prompt and "Water and snacks." in prompt

@@ -106,25 +106,29 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+# The environment is read here, once, for every command that opens memory: a command with
+# its own --store/--cache decorator would silently ignore SHORTTERM_STORE / SHORTTERM_CACHE.
+_store_option = click.option(
+    "--store",
+    envvar="SHORTTERM_STORE",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    show_envvar=True,
+    help="Durable tier URL (sqlite:///…, postgresql://…, memory://).",
+)
+_cache_option = click.option(
+    "--cache",
+    envvar="SHORTTERM_CACHE",
+    default="memory://",
+    show_default=True,
+    show_envvar=True,
+    help="Hot tier URL (memory:// or redis://…).",
+)
+
+
 def memory_options(fn: F) -> F:
     """``--store`` and ``--cache``, defaulting to ``SHORTTERM_STORE`` / ``SHORTTERM_CACHE``."""
-    fn = click.option(
-        "--cache",
-        envvar="SHORTTERM_CACHE",
-        default="memory://",
-        show_default=True,
-        show_envvar=True,
-        help="Hot tier URL (memory:// or redis://…).",
-    )(fn)
-    fn = click.option(
-        "--store",
-        envvar="SHORTTERM_STORE",
-        default=DEFAULT_STORE_URL,
-        show_default=True,
-        show_envvar=True,
-        help="Durable tier URL (sqlite:///…, postgresql://…, memory://).",
-    )(fn)
-    return fn
+    return _store_option(_cache_option(fn))
 
 
 def _open(store: str, cache: str, *, hydrate: bool = False) -> _Opening:
@@ -133,6 +137,37 @@ def _open(store: str, cache: str, *, hydrate: bool = False) -> _Opening:
     from .memory import open as open_memory
 
     return open_memory(store, cache, config=Config.from_env(os.environ), hydrate=hydrate)
+
+
+def _shown_url(url: str) -> str:
+    """A URL as printed: any password replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _store_to_read(store: str) -> str:
+    """The store a read command reads, as it names it (a SQLite file by its resolved path).
+
+    Opening a SQLite URL creates the file, so a read command run in the wrong directory
+    would make an empty store and report that nothing matches: it is refused instead."""
+    from urllib.parse import urlsplit
+
+    if "://" not in store or urlsplit(store).scheme.lower() != "sqlite":
+        return _shown_url(store)  # anything else is refused, by name, when opened
+    from .store.sqlite import sqlite_path
+
+    path = Path(sqlite_path(store)).resolve()
+    if not path.exists():
+        raise StoreUnavailable(
+            f"no store at {path} (--store {store}): the file does not exist, and reading does "
+            "not create one; pass --store or set SHORTTERM_STORE to the bot's database"
+        )
+    return str(path)
 
 
 def _out() -> Console:
@@ -281,7 +316,7 @@ def demo(store: str, cache: str, keep: bool) -> None:
     """Run a scripted conversation and print what is remembered.
 
     The demo starts from an empty database (unless --keep), so it has its own default store
-    and ignores SHORTTERM_STORE.
+    and ignores SHORTTERM_STORE and SHORTTERM_CACHE.
 
     \b
     Example: shortterm demo --store sqlite:///demo.db
@@ -294,10 +329,7 @@ def demo(store: str, cache: str, keep: bool) -> None:
 @main.command()
 @click.option("--host", default=None, help="Address to listen on. [default: 127.0.0.1]")
 @click.option("--port", default=None, type=int, help="Port to listen on. [default: 8765]")
-@click.option(
-    "--store", default="sqlite:///shortterm.db", show_default=True, help="Durable tier URL."
-)
-@click.option("--cache", default="memory://", show_default=True, help="Hot tier URL.")
+@memory_options
 @click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
 def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
     """Run the HTTP sidecar (JSON under /v1, /healthz, /metrics, /openapi.json).
@@ -438,25 +470,44 @@ def _one_line(text: str, width: int) -> str:
 
 
 def _fitted_table(
-    headers: list[str], cells: list[list[str]], *, flexible: int, width: int
-) -> Table:
-    """A table that fits ``width``: every column as wide as its content (at most 30), and the
-    ``flexible`` one cut with an ellipsis to the room left. Cells are plain text, never
+    headers: list[str], cells: list[list[str]], *, flexible: int, width: int | None
+) -> tuple[Table, int]:
+    """A table and the width it takes. With a ``width`` (a terminal) it fits: every column as
+    wide as its content (at most 30), and the ``flexible`` one cut with an ellipsis to the
+    room left. With ``None`` (a pipe or a file) nothing is cut. Cells are plain text, never
     markup: they hold what users wrote."""
     from rich import box
+    from rich.cells import cell_len
     from rich.table import Table
     from rich.text import Text
 
-    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
-    fixed = [min(w, 30) for i, w in enumerate(widths) if i != flexible]
-    room = width - sum(fixed) - 3 * (len(headers) - 1)  # three spaces between columns
-    widths = [min(w, 30) if i != flexible else max(10, min(w, room)) for i, w in enumerate(widths)]
+    flat = [[" ".join(c.split()) for c in row] for row in cells]
+    widths = [
+        max([cell_len(h), *(cell_len(row[i]) for row in flat)]) for i, h in enumerate(headers)
+    ]
+    if width is not None:
+        fixed = [min(w, 30) for i, w in enumerate(widths) if i != flexible]
+        room = width - sum(fixed) - 3 * (len(headers) - 1)  # three spaces between columns
+        widths = [
+            min(w, 30) if i != flexible else max(10, min(w, room)) for i, w in enumerate(widths)
+        ]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for header, w in zip(headers, widths, strict=True):
         table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=w, min_width=w)
-    for row in cells:
-        table.add_row(*(Text(_one_line(c, w)) for c, w in zip(row, widths, strict=True)))
-    return table
+    for row in flat:
+        table.add_row(
+            *(
+                Text(c if width is None else _one_line(c, w))
+                for c, w in zip(row, widths, strict=True)
+            )
+        )
+    return table, sum(widths) + 3 * (len(headers) - 1)
+
+
+def _print_json(obj: Any) -> None:
+    import json
+
+    click.echo(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
 
 
 @main.command()
@@ -469,6 +520,9 @@ def _fitted_table(
     type=click.IntRange(min=1),
     help="Show at most this many rows.",
 )
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object per row (the export format)."
+)
 def inspect(
     store: str,
     cache: str,
@@ -479,12 +533,14 @@ def inspect(
     no_persona: bool,
     kind: str | None,
     limit: int,
+    as_json: bool,
 ) -> None:
     """List the durable rows of a server, channel or user as a table.
 
     Pass at least one of --server, --channel or --user: each is one indexed query. --server
     alone lists the server's shared (server-scope) rows; add --channel or --user for user
-    scopes. Values are shown as stored; "(expired)" marks one past its TTL.
+    scopes. Values are shown as stored; "(expired)" marks one past its TTL. On a terminal
+    the table fits its width; piped, nothing is cut. --json prints one object per row.
 
     \b
     Example: shortterm inspect --server 333 --channel 222 --persona 7
@@ -492,6 +548,7 @@ def inspect(
     filters = _filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
     if not filters:
         raise click.UsageError("pass --server, --channel or --user (export lists every row)")
+    where = _store_to_read(store)
 
     async def go() -> tuple[list[ScopeRow], float, int]:
         async with _open(store, cache) as memory:
@@ -499,9 +556,17 @@ def inspect(
             return rows, memory.clock(), memory.config.summary_ttl_s
 
     rows, now, ttl = _run(go())
+    if as_json:
+        from .transfer import row_to_dict
+
+        for row in rows[:limit]:
+            _print_json(row_to_dict(row))
+        if len(rows) > limit:
+            click.echo(f"… and {len(rows) - limit} more (raise --limit)", err=True)
+        return
     console = _out()
     if not rows:
-        console.print("no rows match", markup=False)
+        click.echo(f"no rows match in {where}")
         return
     cells = []
     for row in rows[:limit]:
@@ -525,12 +590,16 @@ def inspect(
                 _ago(row.updated_at, now),
             ]
         )
-    table = _fitted_table(
+    table, needed = _fitted_table(
         ["kind", "owner", "channel", "persona", "summary", "categories", "turns", "written"],
         cells,
         flexible=4,
-        width=console.width,
+        width=console.width if console.is_terminal else None,
     )
+    if not console.is_terminal:  # a pipe or a file: as wide as the rows, nothing cut
+        from rich.console import Console
+
+        console = Console(highlight=False, width=needed)
     console.print(table)
     if len(rows) > limit:
         console.print(f"… and {len(rows) - limit} more (raise --limit)", markup=False)
@@ -542,13 +611,22 @@ def inspect(
 @click.argument("owner_id")
 @click.argument("channel_id")
 @click.option("--persona", "persona_id", default=None, help="The persona (default: none).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the entry, or null.")
 def show(
-    store: str, cache: str, kind: str, owner_id: str, channel_id: str, persona_id: str | None
+    store: str,
+    cache: str,
+    kind: str,
+    owner_id: str,
+    channel_id: str,
+    persona_id: str | None,
+    as_json: bool,
 ) -> None:
     """Show what one scope remembers now: summary, categories and recent messages.
 
     KIND is user (OWNER_ID is a user id) or server (OWNER_ID is a server id). Recent messages
-    live in the hot tier: a shared cache (--cache redis://…) shows what the bots see.
+    live in the hot tier: a shared cache (--cache redis://…) shows what the bots see. When
+    nothing is remembered for the persona asked, the personas that have an entry in that
+    scope are listed.
 
     \b
     Example: shortterm show server 333 222 --persona 7
@@ -559,14 +637,27 @@ def show(
 
     if kind == "user":
         key = ScopeKey.user(owner_id, channel_id, persona_id)
+        around: dict[str, Any] = {"kind": "user", "user_id": owner_id, "channel_id": channel_id}
     else:
         key = ScopeKey.server(owner_id, channel_id, persona_id)
+        around = {"kind": "server", "server_id": owner_id, "channel_id": channel_id}
+    where = _store_to_read(store)
 
-    async def go() -> tuple[Entry | None, float]:
+    async def go() -> tuple[Entry | None, float, list[str | None]]:
         async with _open(store, cache) as memory:
-            return await memory.get(key), memory.clock()
+            entry = await memory.get(key)
+            others: list[str | None] = []
+            if entry is None:
+                # Durable rows say which personas this scope has; each is checked live.
+                for row in await memory.find_rows(**around):
+                    if row.key.persona_id != persona_id and await memory.get(row.key):
+                        others.append(row.key.persona_id)
+            return entry, memory.clock(), others
 
-    entry, now = _run(go())
+    entry, now, others = _run(go())
+    if as_json:
+        _print_json(None if entry is None else _entry_to_dict(entry))
+        return
     console = _out()
     title = f"{kind} {owner_id} · channel {channel_id}"
     if entry is not None and entry.channel_name:
@@ -574,7 +665,13 @@ def show(
     title += f" · persona {_persona(persona_id)}"
     console.print(Text(title, style="bold"))
     if entry is None:
-        console.print("nothing is remembered for this scope right now", markup=False)
+        click.echo(f"nothing is remembered for this scope right now in {where}")
+        if others:
+            listed = ", ".join(
+                f"{p} (--persona {p})" if p is not None else "none (without --persona)"
+                for p in others
+            )
+            click.echo(f"personas with an entry here: {listed}")
         return
     if entry.summary is not None:
         console.print(f"summary, written {_ago(entry.summary_at, now)}:", markup=False)
@@ -593,6 +690,37 @@ def show(
             console.print(line)
     else:
         console.print("no recent messages in this hot tier", markup=False)
+
+
+def _entry_to_dict(entry: Entry) -> dict[str, Any]:
+    key = entry.key
+    return {
+        "key": {
+            "kind": key.kind,
+            "owner_id": key.owner_id,
+            "channel_id": key.channel_id,
+            "persona_id": key.persona_id,
+        },
+        "server_id": entry.server_id,
+        "server_name": entry.server_name,
+        "channel_name": entry.channel_name,
+        "summary": entry.summary,
+        "summary_at": entry.summary_at,
+        "categories": dict(sorted(entry.categories.items())),
+        "categories_at": entry.categories_at,
+        "turns_since_refresh": entry.turns_since_refresh,
+        "messages": [
+            {
+                "role": m.role,
+                "content": m.content,
+                "author_id": m.author_id,
+                "speaker": m.speaker,
+                "at": m.at,
+                "message_id": m.message_id,
+            }
+            for m in entry.messages
+        ],
+    }
 
 
 # -- forgetting ------------------------------------------------------------------------------
@@ -748,14 +876,7 @@ def janitor(store: str, cache: str, retention_days: int | None) -> None:
 
 
 @main.command()
-@click.option(
-    "--store",
-    envvar="SHORTTERM_STORE",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    show_envvar=True,
-    help="Durable tier URL.",
-)
+@_store_option
 def migrate(store: str) -> None:
     """Apply pending schema migrations to the store (opening memory does it too).
 
@@ -803,6 +924,7 @@ def export(
 
     filters = _filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
     target: Any = sys.stdout if destination == "-" else destination
+    where = _store_to_read(store)
 
     async def go() -> int:
         async with _open(store, cache) as memory:
@@ -810,7 +932,7 @@ def export(
                 return await export_jsonl(memory, target, progress=bar, **filters)
 
     count = _run(go())
-    click.echo(f"exported {count} row(s)", err=True)
+    click.echo(f"exported {count} row(s) from {where}", err=True)
 
 
 def _import_jsonl(

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from types import EllipsisType, TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
 from .cache.base import HotTier
@@ -55,6 +64,25 @@ from .turn import Turn
 __all__ = ["Memory", "open"]
 
 log = logging.getLogger("shortterm")
+
+_M = TypeVar("_M", bound="Memory")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def one_call(
+    method: Callable[Concatenate[_M, _P], Awaitable[_R]],
+) -> Callable[Concatenate[_M, _P], Coroutine[Any, Any, _R]]:
+    """Runs a public method as one hot-tier operation: once the hot tier fails during it,
+    its later hot-tier steps fail at once (see ``HotTier.operation``)."""
+
+    @functools.wraps(method)
+    async def call(self: _M, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.cache.operation():
+            return await method(self, *args, **kwargs)
+
+    return call
+
 
 Clock = Callable[[], float]
 
@@ -264,6 +292,7 @@ class Memory:
         known.put_servers(await self.store.server_settings_since(since))
         known.put_users(await self.store.user_settings_since(since))
 
+    @one_call
     async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
         check_id("server_id", server_id)
         if not isinstance(settings, ServerSettings):
@@ -300,6 +329,7 @@ class Memory:
         await self.refresh_settings()
         return self.known_settings.server(server_id)
 
+    @one_call
     async def configure_user(self, user_id: str, settings: UserSettings) -> None:
         """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
         purged in the same transaction that stores the choice, and it holds in every process
@@ -329,6 +359,7 @@ class Memory:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @one_call
     async def get(self, key: ScopeKey) -> Entry | None:
         """What ``key`` remembers now, or ``None`` when nothing is live."""
         if not isinstance(key, ScopeKey):
@@ -504,6 +535,7 @@ class Memory:
             raise InvalidInput(field, value, "a string")
         return truncate(clean_text(value.strip()), self.config.max_summary_chars)
 
+    @one_call
     async def set_summary(self, key: ScopeKey, text: str | None) -> Entry | None:
         """Replace the summary of one scope (an admin edit; ``None`` clears it). Durable."""
         if not isinstance(key, ScopeKey):
@@ -514,6 +546,7 @@ class Memory:
         await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
         return await self.cache.get(key, self.clock())
 
+    @one_call
     async def set_categories(self, key: ScopeKey, values: Mapping[str, str]) -> Entry | None:
         """Replace the category values of one scope (an admin edit; blank values are dropped)."""
         if not isinstance(key, ScopeKey):
@@ -645,6 +678,7 @@ class Memory:
         await self._caught_up_to(forgotten.seq)
         return max(int(forgotten.rows), int(evicted))
 
+    @one_call
     async def clear_channel(self, channel_id: str) -> int:
         """Forget a channel: every user, persona and scope of it, in both tiers."""
         check_id("channel_id", channel_id)
@@ -654,6 +688,7 @@ class Memory:
             lambda: self.cache.delete_channel(channel_id),
         )
 
+    @one_call
     async def clear_user(self, user_id: str) -> int:
         """Forget a user: their user-scope rows and entries, every message they wrote from
         every other entry (server scopes, other users' scopes), and their settings row —
@@ -680,6 +715,7 @@ class Memory:
             self.known_settings.put_users({user_id: keep})
         return changed
 
+    @one_call
     async def clear_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None = None
     ) -> int:

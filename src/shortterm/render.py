@@ -33,7 +33,7 @@ from typing import Literal
 from .model import Entry, Message, ServerSettings
 from .placeholders import sanitize_placeholders
 from .reltime import relative_time
-from .text import truncate
+from .text import INVISIBLE_RANGES, drop_invisible, truncate
 from .tool.slug import slug_map
 from .tool.spec import active_categories
 from .tool.texts import TOOL_NAME
@@ -107,13 +107,10 @@ def nudge_text(settings: ServerSettings, labels: Mapping[str, str] | None) -> st
 
 # -- defusing untrusted text --------------------------------------------------------------
 
-# zero-width space, direction marks and overrides, word joiner and invisible operators, BOM
-_INVISIBLE = (0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2060, 0x206A), 0xFEFF)
 _LOOKALIKES: dict[int, str | None] = {
     **{ord(k): v for k, v in {"⟦": "[", "⟧": "]", "〚": "[", "〛": "]", "│": "|"}.items()},
     **{ord(k): v for k, v in {"［": "[", "＜": "<"}.items()},  # full-width forms of markers
-    # invisible characters could split a marker so that the patterns below miss it
-    **dict.fromkeys(_INVISIBLE, None),
+    0x2800: " ",  # the braille blank looks like a space and is not one to a pattern
 }
 # Control characters left after splitting lines (tab stays).
 _CONTROLS = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f]")
@@ -153,8 +150,9 @@ def _clean_line(line: str) -> str:
 # delimiters and their lookalikes, and the first characters of every marker. Most chat text
 # has none of them and skips straight to the end.
 _SUSPECT = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"  # controls, invisibles
-    r"⟦⟧〚〛│［＜<\[|]"  # delimiters, lookalikes, marker starts
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u2800"  # controls, line breaks, the braille blank
+    + "".join(f"{chr(a)}-{chr(b)}" for a, b in INVISIBLE_RANGES)  # invisible characters
+    + r"⟦⟧〚〛│［＜<\[|]"  # delimiters, lookalikes, marker starts
 )
 
 
@@ -176,7 +174,9 @@ def _plain(text: str) -> bool:
 
 
 def _quote_lines_slow(text: str) -> tuple[str, ...]:
-    text = text.translate(_LOOKALIKES)
+    # Invisible characters could split a marker so that the patterns below miss it: they go
+    # first, after the lookalikes are folded (a joiner next to "［" must see the "[").
+    text = drop_invisible(text.translate(_LOOKALIKES))
     out = []
     for line in text.splitlines():
         cleaned = _clean_line(line)

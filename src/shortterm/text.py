@@ -1,7 +1,8 @@
 """Pure text hygiene for everything that enters shortterm.
 
-Three jobs: make any Python string storable by every backend (no NUL, no lone surrogates), drop
-control characters from text a model or an admin wrote, and shorten text without cutting a
+Four jobs: make any Python string storable by every backend (no NUL, no lone surrogates), drop
+control characters from text a model or an admin wrote, drop the invisible characters that
+could hide a marker from the prompt renderer's rules, and shorten text without cutting a
 character or a grapheme cluster in half.
 """
 
@@ -10,7 +11,14 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["clean_text", "is_boundary", "strip_controls", "truncate"]
+__all__ = [
+    "INVISIBLE_RANGES",
+    "clean_text",
+    "drop_invisible",
+    "is_boundary",
+    "strip_controls",
+    "truncate",
+]
 
 # NUL is refused by PostgreSQL text and lone surrogates cannot be encoded as UTF-8 at all, so
 # both become U+FFFD: the text stays storable everywhere and visibly marks what was replaced.
@@ -32,6 +40,62 @@ _PREPEND |= {0x11F02}
 # Viramas that link two consonants into one conjunct (Devanagari, Bengali, Gujarati, Oriya,
 # Telugu, Malayalam): a cut right after one would leave half a syllable.
 _LINKERS = frozenset((0x094D, 0x09CD, 0x0ACD, 0x0B4D, 0x0C4D, 0x0D4D))
+
+
+# Code points a reader does not see: Unicode's Default_Ignorable_Code_Point property
+# (DerivedCoreProperties.txt, Unicode 15.1; unicodedata does not expose it), every format
+# character (category Cf, Unicode 15.1, the prepended concatenation marks included). Inside
+# a role marker any of them ("[\u200csystem:") would slip it past a pattern that
+# a model reading the text would still recognise. A test checks these ranges against the
+# running Python's unicodedata (Cf) and the regex package (Default_Ignorable_Code_Point).
+INVISIBLE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2),
+    (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F),
+    (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB),
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+_INVISIBLE_CLASS = "".join(f"{chr(a)}-{chr(b)}" for a, b in INVISIBLE_RANGES)
+_INVISIBLE_RUN = re.compile(f"[{_INVISIBLE_CLASS}]+")
+# The ones that carry meaning between two characters of a script or an emoji (Persian and
+# Indic joiners, emoji ZWJ sequences and variation selectors, tag sequences, the grapheme
+# joiner, Mongolian variation selectors, prepended number signs). They stay where both sides
+# are such characters; next to anything a marker is made of they go too.
+_JOINING = re.compile(
+    "[\u034f\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u180b-\u180d\u180f"
+    "\u200c\u200d\ufe00-\ufe0f\U000110bd\U000110cd\U000e0020-\U000e007f"
+    "\U000e0100-\U000e01ef]"
+)
+_MARKER_PUNCTUATION = frozenset("[]<>|:/")
+
+
+def _joins_safely(c: str) -> bool:
+    """True when ``c`` can be no part of a role marker: not a letter that folds to ASCII (the
+    markers are ASCII words, and ``ſ`` or ``K`` match them case-insensitively), not marker
+    punctuation, not white space."""
+    return not (
+        c.isspace()
+        or c in _MARKER_PUNCTUATION
+        or any(f.isascii() and f.isalpha() for f in c.casefold())
+    )
+
+
+def _drop_run(match: re.Match[str]) -> str:
+    text, start, end = match.string, match.start(), match.end()
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else ""
+    if _joins_safely(before) and (after == "" or after.isspace() or _joins_safely(after)):
+        return "".join(_JOINING.findall(match.group(0)))
+    return ""
+
+
+def drop_invisible(text: str) -> str:
+    """``text`` without the code points in :data:`INVISIBLE_RANGES`, except joiners and
+    selectors between two characters that cannot belong to a marker (so Persian, Indic
+    scripts and emoji sequences keep their meaning)."""
+    return _INVISIBLE_RUN.sub(_drop_run, text)
 
 
 def clean_text(text: str) -> str:

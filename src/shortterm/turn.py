@@ -161,11 +161,13 @@ class Turn:
     async def call_tool(self, name: str, args: object) -> _tool.ToolResult:
         """Run a tool call the model made (``args``: a dict or a JSON string). ``ok`` is true
         only after the update is durable; otherwise ``message`` says why, for the model."""
-        return await _tool.call_tool(self, name, args)
+        with self.memory.cache.operation():
+            return await _tool.call_tool(self, name, args)
 
     async def maintenance_due(self) -> bool:
         """True when the tool is offered and the live counter reached the server's cadence."""
-        return await _tool.maintenance_due(self)
+        with self.memory.cache.operation():
+            return await _tool.maintenance_due(self)
 
     def meta(self, lineage: str | None) -> ScopeMeta:
         private = False
@@ -198,7 +200,8 @@ class Turn:
         (counted in ``memory.stats()["degraded_contexts"]``) instead of failing the turn.
         Splice the result into the dialogue with :func:`shortterm.inject`.
         """
-        return await build_context(self, max_tokens=max_tokens, count_tokens=count_tokens)
+        with self.memory.cache.operation():
+            return await build_context(self, max_tokens=max_tokens, count_tokens=count_tokens)
 
     # -- write path 1: passive capture ----------------------------------------------------
 
@@ -216,6 +219,12 @@ class Turn:
         entry per distinct reply persona. Skipped for stopped turns, turns without replies and
         full-privacy users; full-privacy authors are dropped. Advances the live counter.
         """
+        with self.memory.cache.operation():
+            await self._capture(history, replies, stopped=stopped)
+
+    async def _capture(
+        self, history: Sequence[Message], replies: Sequence[Reply], *, stopped: bool
+    ) -> None:
         history = _checked("history", history, Message)
         replies = _checked("replies", replies, Reply)
         memory = self.memory

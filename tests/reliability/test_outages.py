@@ -20,6 +20,7 @@ import pytest
 
 import shortterm
 from shortterm import Config, Message, Reply, ScopeKey, ServerSettings, StoreUnavailable
+from shortterm.cache.redis import failure_bound_s
 from shortterm.tool import texts
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Mode, Proxy
@@ -35,6 +36,7 @@ PG_BOUNDS = "operation_timeout_s=1&pool_timeout_s=1&pool_reconnect_timeout_s=0.5
 PG_CANCEL_S = 10.0
 REDIS_BOUNDS = "socket_timeout=0.5&socket_connect_timeout=0.5"
 SLACK_S = 1.5
+REDIS_SLACK_S = 0.3
 
 
 def config() -> Config:
@@ -173,8 +175,10 @@ async def test_redis_down_every_hot_operation_raises_quickly_and_nothing_lies(
     cache_url = with_query(through(redis_url, redis_proxy), prefix=quote(prefix))
     cache_url += "&" + REDIS_BOUNDS
     server_here = ScopeKey.server(G, HERE, P)
-    # Two attempts (the default retry) of one socket timeout each, plus the backoff.
-    bound = 2 * 0.5 + 0.5 + SLACK_S
+    # What docs/reliability.md promises: the bound derived from the settings (two attempts of
+    # one socket timeout each, plus the backoff cap: 1.2 s), with 0.3 s for the scheduler.
+    bound = failure_bound_s(socket_timeout_s=0.5, retries=1) + REDIS_SLACK_S
+    assert bound == pytest.approx(1.5)
     async with shortterm.open(
         store=store_url, cache=cache_url, clock=clock, config=config()
     ) as memory:
@@ -189,7 +193,7 @@ async def test_redis_down_every_hot_operation_raises_quickly_and_nothing_lies(
         # The tool call commits to PostgreSQL first; the hot tier failing afterwards does not
         # turn a durable success into a reported failure (nor the other way round).
         result = await _within(
-            bound * 3, _turn(memory, HERE).call_tool(texts.TOOL_NAME, {"summary": "durable"})
+            bound, _turn(memory, HERE).call_tool(texts.TOOL_NAME, {"summary": "durable"})
         )
         assert result.ok
         assert (await _row_counter(pg_url, schema, server_here))[1] == "durable"
@@ -225,3 +229,15 @@ def test_the_pool_gives_up_reconnecting_quickly_by_default() -> None:
 
     store = PostgresStore.from_url("postgresql://postgres@127.0.0.1/test")
     assert store.pool.reconnect_timeout == 2.0 and store.operation_timeout_s == 30.0
+
+
+def test_the_redis_bound_is_derived_from_the_settings() -> None:
+    from shortterm.cache.redis import RedisCache
+
+    tight = RedisCache.from_url("redis://127.0.0.1:6379/0?socket_timeout=0.5", config())
+    assert tight.call_timeout_s == pytest.approx(1.2)
+    assert tight.client.connection_pool.connection_kwargs["socket_timeout"] == 0.5
+    plain = RedisCache.from_url("redis://127.0.0.1:6379/0?retries=2", config())
+    kwargs = plain.client.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == 5.0 and kwargs["socket_connect_timeout"] == 5.0
+    assert plain.call_timeout_s == pytest.approx(3 * 5.0 + 2 * 0.2)

@@ -200,3 +200,16 @@ async def test_with_a_token_the_page_asks_for_it(page: Any, base_url: str) -> No
     await page.click("#token-form button")
     await page.wait_for_selector('#servers button[data-server="333"]')
     assert await page.is_hidden("#token-form")
+
+
+async def test_a_user_opened_from_the_address(page: Any, base_url: str) -> None:
+    await page.goto(f"{base_url}/ui/#user=111&channel=222&persona=7")
+    await page.wait_for_selector("#entry-body:not([hidden])")
+    assert (await page.inner_text("#entry-meta")).startswith("user 111 ·")
+    assert await page.input_value("#user-id") == "111"
+
+
+def test_the_documented_addresses_are_the_ones_the_page_reads() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "inspector.md").read_text("utf-8")
+    for address in ("/ui/#server=333&channel=222&persona=7", "/ui/#user=111&channel=222"):
+        assert address in doc

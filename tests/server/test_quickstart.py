@@ -101,3 +101,9 @@ def test_the_documented_quickstart_is_the_printed_one() -> None:
     doc = (ROOT / "docs" / "sidecar.md").read_text("utf-8")
     block = doc.split("```bash\nTURN=", 1)[1].split("```", 1)[0]
     assert ("TURN=" + block).strip().splitlines() == quickstart_lines()
+
+
+@needs_curl
+async def test_the_third_line_on_a_fresh_memory_says_nothing_is_recalled(base_url: str) -> None:
+    third = quickstart_lines(base_url)[2]
+    assert (await bash(third)).strip() == "nothing recalled"

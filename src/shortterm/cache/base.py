@@ -14,6 +14,7 @@ facade re-reads that owner from the durable tier.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from ..fence import WriteFence
@@ -93,5 +94,10 @@ class HotTier(Protocol):
     def set_complete(self, value: bool) -> None: ...
 
     def stats(self) -> dict[str, int]: ...
+
+    def operation(self) -> AbstractContextManager[None]:
+        """Marks one facade call (a context, a capture, a tool call, a clear): a tier whose
+        server stopped answering fails the rest of the call at once instead of waiting out
+        its timeouts again for every later step."""
 
     async def close(self) -> None: ...

@@ -13,6 +13,7 @@ import heapq
 import itertools
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -514,6 +515,9 @@ class InProcessCache:
 
     def stats(self) -> dict[str, int]:
         return {"entries": len(self._entries), "bytes": self._bytes, **self._counts}
+
+    def operation(self) -> AbstractContextManager[None]:
+        return nullcontext()  # in-process calls do not time out
 
     async def close(self) -> None:
         self._entries.clear()

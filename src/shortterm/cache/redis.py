@@ -45,17 +45,22 @@ does not allow.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..config import Config
 from ..errors import ConfigError, StoreUnavailable
@@ -66,6 +71,22 @@ __all__ = ["RedisCache"]
 
 _OWN_OPTIONS = ("prefix", "retries", "owner_complete_ttl_s", "safety_margin_s")
 _SWEEP_BATCH = 500
+_SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
+_BACKOFF_CAP_S = 0.2
+
+
+def failure_bound_s(socket_timeout_s: float, retries: int) -> float:
+    """The longest one Redis call takes to fail: every attempt waits out the socket timeout,
+    and each retry first sleeps at most the backoff cap. :meth:`RedisCache._call` enforces it
+    (connecting included), and a facade call stops at its first failing Redis call."""
+    return (retries + 1) * socket_timeout_s + retries * _BACKOFF_CAP_S
+
+
+# The facade call in progress in this task, and which caches failed during it (by id: one
+# task may use several memories). Set by RedisCache.operation(), read by RedisCache._call.
+_FAILED_IN_CALL: ContextVar[dict[int, str] | None] = ContextVar(
+    "shortterm_redis_failed_in_call", default=None
+)
 
 # Shared Lua helpers. ARGV[1] is always the key prefix.
 _PRELUDE = """
@@ -460,6 +481,7 @@ class RedisCache:
         owner_complete_ttl_s: float = 300.0,
         safety_margin_s: float = 3600.0,
         owns_client: bool = False,
+        call_timeout_s: float | None = None,
     ) -> None:
         if not isinstance(prefix, str) or "\x00" in prefix:
             raise ConfigError(f"prefix={prefix!r}: use a string without NUL")
@@ -470,6 +492,8 @@ class RedisCache:
         self._complete_ttl_ms = max(1, int(owner_complete_ttl_s * 1000))
         self._margin_ms = str(int(safety_margin_s * 1000))
         self._owns_client = owns_client
+        # None: the client's own timeouts bound each call (a client passed in by the caller).
+        self.call_timeout_s = call_timeout_s
         self._closed = False
         self._capture = client.register_script(_CAPTURE)
         self._apply = client.register_script(_APPLY)
@@ -494,15 +518,24 @@ class RedisCache:
         Our options: ``prefix``, ``retries`` (reconnect attempts after a dropped connection,
         default 1; every operation is safe to repeat), ``owner_complete_ttl_s``,
         ``safety_margin_s``. redis-py's own (``socket_timeout``, ``max_connections``, ...) pass
-        through; socket timeouts default to 5 s so a hung server becomes ``StoreUnavailable``.
+        through; ``socket_timeout`` and ``socket_connect_timeout`` default to 5 s so a hung
+        server becomes ``StoreUnavailable``. One call then fails within
+        :func:`failure_bound_s` (``(retries + 1) × socket_timeout + retries × 0.2 s``), and a
+        facade call within that of its first failing Redis call.
         """
         redis_url, options = _split_url(url)
         retries = int(_number(options, "retries", 1, url))
+        given = dict(parse_qsl(urlsplit(redis_url).query))
+        socket_timeout_s = _number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
+        if socket_timeout_s <= 0:
+            raise ConfigError(f"socket_timeout in {url!r} must be a positive number of seconds")
         try:
             client = aioredis.Redis.from_url(
                 redis_url,
                 decode_responses=True,
-                retry=Retry(ExponentialBackoff(cap=0.2, base=0.01), retries),
+                retry=Retry(ExponentialBackoff(cap=_BACKOFF_CAP_S, base=0.01), retries),
+                socket_timeout=_SOCKET_TIMEOUT_S,  # the URL's own values win
+                socket_connect_timeout=min(socket_timeout_s, _SOCKET_TIMEOUT_S),
             )
         except ValueError as exc:
             raise ConfigError(f"cache={url!r}: {exc}") from exc
@@ -514,18 +547,40 @@ class RedisCache:
             owner_complete_ttl_s=_number(options, "owner_complete_ttl_s", 300.0, url),
             safety_margin_s=_number(options, "safety_margin_s", 3600.0, url),
             owns_client=True,
+            call_timeout_s=failure_bound_s(socket_timeout_s, retries),
         )
 
     # -- plumbing -------------------------------------------------------------------------
 
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        if _FAILED_IN_CALL.get() is not None:
+            yield  # inside a facade call already: it is one call
+            return
+        token = _FAILED_IN_CALL.set({})
+        try:
+            yield
+        finally:
+            _FAILED_IN_CALL.reset(token)
+
     async def _call(self, what: str, awaitable: Any) -> Any:
-        if self._closed:
+        failed = _FAILED_IN_CALL.get()
+        earlier = None if failed is None else failed.get(id(self))
+        if self._closed or earlier is not None:
             if inspect.iscoroutine(awaitable):
                 awaitable.close()  # never started: let it go without a "never awaited" warning
+            if earlier is not None:
+                raise StoreUnavailable(f"Redis {what} not tried: {earlier}")
             raise StoreUnavailable("Redis hot tier is closed")
         try:
-            return await awaitable
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await awaitable
+        except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {self.call_timeout_s:g} s"
+            if failed is not None:
+                failed[id(self)] = f"Redis failed earlier in this call ({reason})"
+            raise StoreUnavailable(f"Redis {what} failed: {reason}") from exc
+        except RedisError as exc:
             raise StoreUnavailable(f"Redis {what} failed: {exc}") from exc
 
     def _totals(self, reply: Sequence[Any]) -> int:

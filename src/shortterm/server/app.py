@@ -22,7 +22,14 @@ from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
 from .inspector import build_inspector
 from .metrics import CONTENT_TYPE, Metrics
-from .middleware import OPEN_PATHS, BearerAuth, BodyLimit, BrowserGuard, RequestMetrics
+from .middleware import (
+    OPEN_PATHS,
+    BearerAuth,
+    BodyLimit,
+    BrowserGuard,
+    RequestMetrics,
+    RequestShape,
+)
 from .schemas import (
     ID_PATTERN,
     CaptureIn,
@@ -571,10 +578,11 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     install_error_handlers(app)
-    # Added innermost first: metrics see every answer; the browser guard and auth run before
-    # any body is read.
+    # Added innermost first: metrics see every answer; the request's shape is checked before
+    # anything reads its Host or path; the browser guard and auth run before any body is read.
     app.add_middleware(BodyLimit, max_bytes=chosen.max_body_bytes)
     app.add_middleware(BearerAuth, token=chosen.token)
     app.add_middleware(BrowserGuard, token=chosen.token)
+    app.add_middleware(RequestShape)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app

@@ -2,7 +2,9 @@
 
 ::
 
+    two Host headers                          400  bad_request         (middleware)
     RequestValidationError, InvalidInput      422  invalid_input (names the field)
+    a path or query not UTF-8 once decoded    422  invalid_input       (middleware)
     undecodable JSON body                     422  invalid_json
     NotFound (a turn id, an entry), no route  404  not_found
     method not allowed                        405  method_not_allowed

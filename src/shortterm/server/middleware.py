@@ -1,5 +1,5 @@
-"""Pure ASGI middleware, outermost first: request metrics, the browser guard, bearer auth, the
-body limit.
+"""Pure ASGI middleware, outermost first: request metrics, the request's own shape (one Host,
+UTF-8 path and query), the browser guard, bearer auth, the body limit.
 
 They run before routing and before any body is read, so an unauthenticated or oversized
 request costs neither a route lookup nor a buffered body.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,7 +22,14 @@ from .settings import is_loopback
 if TYPE_CHECKING:
     from .metrics import Metrics
 
-__all__ = ["BearerAuth", "BodyLimit", "BodyTooLarge", "BrowserGuard", "RequestMetrics"]
+__all__ = [
+    "BearerAuth",
+    "BodyLimit",
+    "BodyTooLarge",
+    "BrowserGuard",
+    "RequestMetrics",
+    "RequestShape",
+]
 
 # Served without a token: liveness, and the inspector's static files (they hold no memory; the
 # page reads everything through /v1 with the token, see inspector.py).
@@ -69,6 +77,49 @@ def _loopback_host(host: bytes) -> bool:
     text = host.decode("latin-1")
     name = text if text.endswith("]") else text.rpartition(":")[0] or text
     return is_loopback(name)
+
+
+def _not_utf8(raw: bytes) -> bool:
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+class RequestShape:
+    """Refuses requests whose parts could mean two things.
+
+    Two ``Host`` headers (400, as RFC 9112 §3.2 requires): the checks below and a proxy in
+    front could each read a different one. A path or query that is not UTF-8 once
+    percent-decoded (422): decoding would replace each bad byte with U+FFFD, so ``%FF%FE`` and
+    ``%C0%AF`` would both name the id ``"\ufffd\ufffd"`` and reach (and clear) each other's
+    memory.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    @staticmethod
+    def _refusal(scope: Scope) -> tuple[int, str, str, str | None] | None:
+        hosts = sum(1 for name, _ in scope["headers"] if name == b"host")
+        if hosts > 1:
+            detail = f"the request has {hosts} Host headers; HTTP allows exactly one"
+            return 400, "bad_request", detail, None
+        raw_path = scope.get("raw_path")
+        if raw_path is not None and _not_utf8(raw_path):
+            return 422, "invalid_input", "the path is not UTF-8 once percent-decoded", "path"
+        if _not_utf8(scope.get("query_string", b"")):
+            return 422, "invalid_input", "the query is not UTF-8 once percent-decoded", "query"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (refusal := self._refusal(scope)) is not None:
+            status, code, detail, field = refusal
+            response = problem_response(status, code, detail, field=field)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class BrowserGuard:

@@ -8,9 +8,11 @@ import json
 __all__ = ["quickstart_lines"]
 
 _TURN_ID = """python3 -c 'import json, sys; print(json.load(sys.stdin)["turn_id"])'"""
+# Every recalled block, or a plain word when this turn recalls nothing (a fresh memory).
 _CONTEXT = (
     "python3 -c 'import json, sys; "
-    """print(json.load(sys.stdin)["context"]["items"][0]["text"])'"""
+    """items = json.load(sys.stdin)["context"]["items"]; """
+    """print("\\n\\n".join(i["text"] for i in items) or "nothing recalled")'"""
 )
 
 

@@ -21,6 +21,8 @@ to 10 s before the connection is given up. The pool retries a failed connection 
 ``pool_reconnect_timeout_s`` (default 2 s, psycopg's own default is 5 minutes of growing
 back-off), after which the next operation starts a fresh attempt: so once the server is back,
 operations succeed again within that delay instead of waiting out the back-off.
+Before the pool first opens, one direct connection is tried: an address that refuses
+connections, or a host name that does not resolve, fails at once naming ``host:port``.
 
 URL options (removed before the URL reaches libpq): ``schema`` (tables live in that schema,
 created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s`` (default 30),
@@ -33,7 +35,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -41,6 +45,7 @@ from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -321,6 +326,34 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(theirs))), ours
 
 
+async def _unreachable(conninfo: str) -> str | None:
+    """Why nothing will answer at the single TCP address ``conninfo`` names, or ``None``
+    (something listens there, or the address is not one plain host and port: a Unix socket,
+    several hosts, ``hostaddr``)."""
+    params = conninfo_to_dict(conninfo)
+    host = str(params.get("host") or os.environ.get("PGHOST") or "")
+    port_text = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    if not host or host.startswith("/") or "," in host + port_text or params.get("hostaddr"):
+        return None
+    try:
+        port = int(port_text)
+    except ValueError:
+        return None
+    where = f"{host}:{port}"
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+    except ConnectionRefusedError:
+        return f"{where} refused the connection (is PostgreSQL running and listening there?)"
+    except socket.gaierror as exc:
+        return f"{where}: the host name does not resolve ({exc.strerror})"
+    except OSError as exc:
+        return f"{where} is unreachable ({exc.strerror or exc})"
+    writer.close()
+    with suppress(OSError):
+        await writer.wait_closed()
+    return None
+
+
 def _seconds_option(options: Mapping[str, str], name: str, default: float, url: str) -> float:
     try:
         value = float(options.get(name, default))
@@ -373,6 +406,7 @@ class PostgresStore:
         self.schema = schema
         self.operation_timeout_s = operation_timeout_s
         self._owns_pool = owns_pool
+        self._first: tuple[str, dict[str, Any]] | None = None  # how to connect, for the probe
         self._opened = False
         self._closed = False
         t = f'"{schema}".' if schema else ""
@@ -403,9 +437,10 @@ class PostgresStore:
         operation_timeout_s = _seconds_option(options, "operation_timeout_s", 30.0, url)
         if "application_name=" not in conninfo:
             conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
+        connect_kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
         pool: Pool = AsyncConnectionPool(
             conninfo,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
+            kwargs=connect_kwargs,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout_s,
@@ -413,12 +448,14 @@ class PostgresStore:
             open=False,
             name="shortterm",
         )
-        return cls(
+        store = cls(
             pool,
             schema=schema or options.get("schema") or None,
             owns_pool=True,
             operation_timeout_s=operation_timeout_s,
         )
+        store._first = (conninfo, connect_kwargs)
+        return store
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -432,6 +469,7 @@ class PostgresStore:
             # at the yield, in the same task.
             async with asyncio.timeout(self.operation_timeout_s):
                 if not self._opened and self._owns_pool:
+                    await self._first_contact(what)
                     await self.pool.open(wait=True, timeout=self.pool.timeout)
                     self._opened = True
                 async with self.pool.connection() as conn:
@@ -450,6 +488,25 @@ class PostgresStore:
                 f"PostgreSQL {what} failed: {exc}",
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
             ) from exc
+
+    async def _first_contact(self, what: str) -> None:
+        """One direct connection before the pool opens. The pool retries a failed connection
+        until ``pool_timeout_s`` (a warning logged per attempt) and then reports a timeout; a
+        server that refuses, or a host name that does not resolve, will not answer later
+        either, so that fails at once, naming the address and the cause. Anything else (a
+        silent server, one still starting up) is left to the pool and the operation's
+        timeout, as before."""
+        if self._first is None:
+            return
+        conninfo, kwargs = self._first
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            cause = await _unreachable(conninfo)
+            if cause is not None:
+                raise StoreUnavailable(f"PostgreSQL {what} failed: {cause}") from exc
+            return
+        await conn.close()
 
     async def _recheck(self) -> None:
         # A dropped connection often means its idle siblings were dropped too (a server

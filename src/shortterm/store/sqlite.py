@@ -49,7 +49,7 @@ from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
 from .wal_watch import WalWatch
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "sqlite_path"]
 
 log = logging.getLogger("shortterm")
 
@@ -329,6 +329,11 @@ def _path_from_url(url: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"sqlite URL without a path: {url!r}")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return path, options
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite://`` URL names (relative to the working directory unless absolute)."""
+    return _path_from_url(url)[0]
 
 
 class SQLiteStore:

@@ -175,6 +175,8 @@ async function openOwner(owner, channel = null, persona = undefined) {
   const path = owner.kind === "server" ? "servers" : "users";
   const found = await api("GET", `/v1/${path}/${seg(owner.id)}/entries`);
   state.owner = owner;
+  // Opened from the address or a link, the box says whose personal memory this is.
+  if (owner.kind === "user") $("user-id").value = owner.id;
   state.entries = found.entries;
   state.now = found.now;
   state.channel = channel;
