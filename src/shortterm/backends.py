@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .cache.base import HotTier
 from .cache.inprocess import InProcessCache
@@ -12,7 +12,7 @@ from .store.base import Store
 from .store.memory import MemoryStore
 from .store.sqlite import SQLiteStore
 
-__all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store"]
+__all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store", "shown_url"]
 
 DEFAULT_STORE_URL = "sqlite:///shortterm.db"
 
@@ -60,3 +60,12 @@ def make_cache(url: str, config: Config) -> HotTier:
         cache: HotTier = RedisCache.from_url(url, config)
         return cache
     raise ConfigError(f"cache={url!r}: unknown scheme {scheme!r} (memory or redis)")
+
+
+def shown_url(url: str) -> str:
+    """A backend URL as printed or logged: any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

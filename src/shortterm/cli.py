@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
-from .backends import DEFAULT_STORE_URL
+from .backends import DEFAULT_STORE_URL, shown_url
 from .errors import (
     ConfigError,
     ExtraMissing,
@@ -139,17 +139,6 @@ def _open(store: str, cache: str, *, hydrate: bool = False) -> _Opening:
     return open_memory(store, cache, config=Config.from_env(os.environ), hydrate=hydrate)
 
 
-def _shown_url(url: str) -> str:
-    """A URL as printed: any password replaced by ``***``."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _store_to_read(store: str) -> str:
     """The store a read command reads, as it names it (a SQLite file by its resolved path).
 
@@ -158,7 +147,7 @@ def _store_to_read(store: str) -> str:
     from urllib.parse import urlsplit
 
     if "://" not in store or urlsplit(store).scheme.lower() != "sqlite":
-        return _shown_url(store)  # anything else is refused, by name, when opened
+        return shown_url(store)  # anything else is refused, by name, when opened
     from .store.sqlite import sqlite_path
 
     path = Path(sqlite_path(store)).resolve()

@@ -11,11 +11,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from shortterm.server import quickstart_lines
+from tests.support import drop_postgres_schema, service_url, with_query
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORTTERM = Path(sys.executable).with_name("shortterm")
@@ -107,3 +110,29 @@ def test_the_documented_quickstart_is_the_printed_one() -> None:
 async def test_the_third_line_on_a_fresh_memory_says_nothing_is_recalled(base_url: str) -> None:
     third = quickstart_lines(base_url)[2]
     assert (await bash(third)).strip() == "nothing recalled"
+
+
+async def test_the_banner_never_prints_a_password() -> None:
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    parts = urlsplit(with_query(pg_url, schema=schema))
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or "postgres"
+    store = urlunsplit(parts._replace(netloc=f"{user}:s3cret-pw@{host}"))  # trust auth ignores it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    proc = await asyncio.create_subprocess_exec(
+        str(SHORTTERM), "serve", "--port", "0", "--store", store,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        line = ""
+        while not line.startswith("shortterm sidecar listening on "):
+            line = (await asyncio.wait_for(proc.stderr.readline(), 20)).decode()
+            assert line, "the sidecar exited before printing its banner"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 20)
+        await drop_postgres_schema(pg_url, schema)
+    assert "s3cret-pw" not in line
+    assert f"{user}:***@{host}" in line

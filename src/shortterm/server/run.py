@@ -9,6 +9,7 @@ from typing import Any
 
 import uvicorn
 
+from ..backends import shown_url
 from ..config import Config
 from ..memory import open as open_memory
 from .app import create_app
@@ -87,7 +88,10 @@ def run(
     """``shortterm serve``: announce the URL (and the quickstart), then serve."""
 
     def started(url: str) -> None:
-        echo(f"shortterm sidecar listening on {url} (store {store}, cache {cache})")
+        echo(
+            f"shortterm sidecar listening on {url} "
+            f"(store {shown_url(store)}, cache {shown_url(cache)})"
+        )
         echo(f"web inspector: {url}/ui/")
         if quickstart:
             echo("Try it:")
