@@ -154,8 +154,9 @@ class Turn:
     # -- write path 2: the summary upgrade tool -------------------------------------------
 
     def tools(self, format: str = "openai") -> list[dict[str, Any]]:
-        """The ``update_short_term_memory`` definition in ``format`` ("openai", "anthropic",
-        "gemini", "mcp"), as a one-item list; ``[]`` when this turn may not use it."""
+        """The ``update_short_term_memory`` definition in ``format`` ("openai",
+        "openai-responses", "anthropic", "gemini", "mcp"), as a one-item list; ``[]`` when
+        this turn may not use it."""
         return _tool.tools(self, format)
 
     async def call_tool(self, name: str, args: object) -> _tool.ToolResult:
