@@ -29,6 +29,7 @@ from .recall import build_context
 from .store.base import ScopeMeta
 from .text import truncate
 from .tool import execute as _tool
+from .tool.guards import SharedGuard
 from .tool.guards import refusal as _tool_refusal
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class Turn:
         self.locale = locale
         self.upgraded = False  # one successful upgrade per turn
         self._upgrading = False  # an upgrade of this turn is being written
+        self._shared: SharedGuard | None = None  # set when several processes serve the turn
         self._intent: bool | None = None
 
     # -- scopes ---------------------------------------------------------------------------
