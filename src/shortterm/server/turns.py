@@ -255,7 +255,8 @@ _ARGS = (
 def _turn_args(turn: Turn) -> str:
     args: dict[str, Any] = {name: getattr(turn, name) for name in _ARGS}
     args["privacy"] = turn.privacy.value
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    # ASCII escapes: a lone surrogate in a JSON string is valid input and must not fail here.
+    return json.dumps(args, separators=(",", ":"))
 
 
 class _SharedGuard:
