@@ -86,11 +86,27 @@ def _install() -> None:
     stamp.touch()
 
 
+def _check_the_documented_snippet(node: str) -> None:
+    """docs/sidecar.md's TypeScript turn compiles against the client and the openai package."""
+    doc = (ROOT / "docs" / "sidecar.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```ts\n(.*?)```", doc, re.S)
+    (PACKAGE / "dist" / "docs-snippet.ts").write_text(block, encoding="utf-8")
+    config = {
+        "extends": "../tsconfig.json",
+        "compilerOptions": {"noEmit": True, "rootDir": ".", "outDir": "unused"},
+        "include": ["docs-snippet.ts"],
+        "exclude": [],
+    }
+    (PACKAGE / "dist" / "tsconfig.docs.json").write_text(json.dumps(config), encoding="utf-8")
+    _run([node, "node_modules/typescript/bin/tsc", "-p", "dist/tsconfig.docs.json"], timeout=180)
+
+
 def test_the_typescript_client_against_a_real_sidecar(tmp_path: Path) -> None:
     node = _node()
     _install()
     shutil.rmtree(PACKAGE / "dist", ignore_errors=True)
     _run([node, "node_modules/typescript/bin/tsc", "-p", "tsconfig.json"], timeout=180)
+    _check_the_documented_snippet(node)
     tests = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "dist/test").glob("*.test.js"))
     assert tests, "no compiled tests"
     answers = [tool_call(json.dumps({"summary": SUMMARY})), text(REPLY)]

@@ -58,15 +58,17 @@ export async function runTurn(
   input: TurnInput,
   options: TurnOptions,
 ): Promise<string> {
-  const prompt = [
+  const prompt: ChatCompletionMessageParam[] = [
     { role: "system", content: SYSTEM.replace("{bot}", options.botName) },
-    ...input.history.map((m) => ({
-      role: m.fromBot ? "assistant" : "user",
-      content: m.fromBot ? m.content : `${m.speaker}: ${m.content}`,
-    })),
+    ...input.history.map(
+      (m): ChatCompletionMessageParam =>
+        m.fromBot
+          ? { role: "assistant", content: m.content }
+          : { role: "user", content: `${m.speaker}: ${m.content}` },
+    ),
     { role: "user", content: `${input.userName}: ${input.content}` },
   ];
-  const turn = await memory.startTurn({
+  const turn = await memory.startTurn<ChatCompletionMessageParam, ChatCompletionTool>({
     user_id: input.userId,
     channel_id: input.channelId,
     server_id: input.serverId,
@@ -80,8 +82,8 @@ export async function runTurn(
     messages_format: "openai",
   });
   // The prompt with the memory spliced in, and the tool (empty when not offered).
-  const messages = (turn.messages ?? prompt) as unknown as ChatCompletionMessageParam[];
-  let tools = turn.tools as unknown as ChatCompletionTool[];
+  const messages = turn.messages ?? prompt;
+  let tools = turn.tools;
   let reply = "";
   for (let round = 0; round < (options.maxRounds ?? 4); round++) {
     const completion = await openai.chat.completions.create({

@@ -40,6 +40,23 @@ export type * from "./openapi.js";
 
 /** A provider message in whatever shape `messages_format` says. */
 export type ProviderMessage = { [key: string]: unknown };
+/** A tool definition in whatever shape `tools_format` says. */
+export type ProviderTool = { [key: string]: unknown };
+
+/**
+ * A turn start. `M` is your provider library's message type (e.g. the `openai` package's
+ * `ChatCompletionMessageParam`), so its messages go in, and come back spliced, as they are.
+ */
+export interface TurnRequest<M = ProviderMessage> extends Omit<TurnStart, "messages"> {
+  messages?: readonly M[] | null;
+}
+
+/** A started turn: `messages` (only when the request had some) and `tools` typed as asked. */
+export interface StartedTurn<M = ProviderMessage, T = ProviderTool>
+  extends Omit<TurnOut, "messages" | "tools"> {
+  messages?: M[];
+  tools: T[];
+}
 
 export interface ClientOptions {
   /** Where the sidecar listens, e.g. `http://127.0.0.1:8765`. */
@@ -199,10 +216,12 @@ export class ShortTermClient {
   /**
    * Start a turn: its id, the memory for the prompt and the tool definitions. Pass `messages`
    * (the prompt in the provider's shape, `messages_format`) to get them back with the memory
-   * spliced in, ready to send with `tools`.
+   * spliced in, ready to send with `tools`. The type parameters name your provider library's
+   * message and tool types (the sidecar answers in the shape you asked for; it is not checked
+   * here).
    */
-  startTurn(body: TurnStart): Promise<TurnOut> {
-    return this.#request<TurnOut>("POST", "/v1/turns", { body });
+  startTurn<M = ProviderMessage, T = ProviderTool>(body: TurnRequest<M>): Promise<StartedTurn<M, T>> {
+    return this.#request<StartedTurn<M, T>>("POST", "/v1/turns", { body });
   }
 
   /**
