@@ -191,3 +191,16 @@ async def test_shared_turn_ids_are_bounded_least_recently_used_first(
         assert (await shared_app.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE)).is_success
     metrics = (await shared_app.get("/metrics")).text
     assert "shortterm_sidecar_turns_evicted_total 1.0" in metrics
+
+
+async def test_a_shared_turn_keeps_any_text_it_was_given(shared_app: httpx.AsyncClient) -> None:
+    # A lone surrogate is valid JSON; the turn's arguments must still round-trip through Redis.
+    raw = '{"user_id": "111", "channel_id": "plans", "server_id": "333", "user_message": "\\ud800"}'
+    started = await shared_app.post(
+        "/v1/turns", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert started.status_code == 201, started.text
+    turn_id = started.json()["turn_id"]
+    call = await shared_app.post(f"/v1/turns/{turn_id}/tool-calls", json=summary("kept"))
+    assert call.json()["ok"] is True
+    assert (await shared_app.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE)).is_success
