@@ -270,28 +270,36 @@ TURN_TEXT = (
 )
 
 
-def render(results: list[dict[str, Any]], command: str) -> str:
+def load() -> str:
+    """The machine's load when the run began: the figures are only as quiet as the machine."""
+    one, five, _ = os.getloadavg()
+    return f"Load average when the run began: {one:.1f} (1 min), {five:.1f} (5 min)."
+
+
+def render(results: list[dict[str, Any]], command: str, loaded: str) -> str:
     from shortterm.bench.report import machine
 
     return (
-        f"Machine: {machine()}. Command: `{command}`. The sidecar (`shortterm serve`, SQLite "
-        "store, in-process cache, uvicorn with httptools from the server extra) in one process, "
-        "the clients in another; one keep-alive connection per client; latency as each client "
-        f"saw it over loopback. {TURN_TEXT}\n\n" + table(results)
+        f"Machine: {machine()}. {loaded} Command: `{command}`. "
+        "The sidecar (`shortterm serve`, SQLite store, in-process cache, uvicorn with "
+        "httptools from the server extra) in one process, the clients in another; one "
+        "keep-alive connection per client; latency as each client saw it over loopback. "
+        f"{TURN_TEXT}\n\n" + table(results)
     )
 
 
-def render_replicas(results: list[dict[str, Any]], command: str) -> str:
+def render_replicas(results: list[dict[str, Any]], command: str, loaded: str) -> str:
     from shortterm.bench.report import machine
 
     return (
-        f"Machine: {machine()}. Command: `{command}`. One or two `shortterm serve` processes on "
-        "one PostgreSQL store and one Redis cache (so turns live in Redis, and the one-upgrade "
-        "guard is taken there), PostgreSQL and Redis on the same machine; the clients in "
-        "another process, each with one keep-alive connection per replica; with two replicas a "
-        f"turn starts on one and its tool call and capture go to the other. {TURN_TEXT} "
-        "Every process shares the same cores, so two replicas show the cost of the shared "
-        "turn state, not a gain in throughput.\n\n" + table(results)
+        f"Machine: {machine()}. {loaded} Command: `{command}`. "
+        "One or two `shortterm serve` processes on one PostgreSQL store and one Redis cache "
+        "(so turns live in Redis, and the one-upgrade guard is taken there), PostgreSQL and "
+        "Redis on the same machine; the clients in another process, each with one keep-alive "
+        "connection per replica; with two replicas a turn starts on one and its tool call and "
+        f"capture go to the other. {TURN_TEXT} Every process shares the same cores, so two "
+        "replicas show the cost of the shared turn state, not a gain in throughput.\n\n"
+        + table(results)
     )
 
 
@@ -316,15 +324,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shown = ["benchmarks/bench_sidecar.py", *(argv if argv is not None else sys.argv[1:])]
     command = "python " + " ".join(shown)
+    loaded = load()
     if args.replicas is not None:
         if not (args.postgres and args.redis):
             parser.error("--replicas needs --postgres and --redis")
         replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
         results = [run_on(replicas=n, clients=c, args=args) for n in replicas for c in counts]
-        text, section = render_replicas(results, command), REPLICAS_SECTION
+        text, section = render_replicas(results, command, loaded), REPLICAS_SECTION
     else:
         results = [run_on(replicas=0, clients=c, args=args) for c in counts]
-        text, section = render(results, command), SECTION
+        text, section = render(results, command, loaded), SECTION
     print(text)
     if args.write is not None:
         from shortterm.bench.report import replace_section
