@@ -260,7 +260,16 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"{lead} {route} | {len(s):,} | {percentile(s, 0.5) * 1000:.2f} "
                 f"| {percentile(s, 0.99) * 1000:.2f} |"
             )
-    return "\n".join(rows)
+    costs = []
+    for r in results:
+        plain, spliced = r["samples"]["start turn"], r["samples"][SPLICED]
+        delta = (percentile(spliced, 0.5) - percentile(plain, 0.5)) * 1000
+        costs.append(f"{delta:+.2f} ms ({r['replicas']} × {r['clients']})")
+    note = (
+        "\n\nThe splice, as the median of a start with the 30-message prompt minus one without "
+        "(replicas × clients): " + ", ".join(costs) + "."
+    )
+    return "\n".join(rows) + note
 
 
 TURN_TEXT = (
