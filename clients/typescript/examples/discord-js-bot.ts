@@ -60,11 +60,10 @@ export async function runTurn(
 ): Promise<string> {
   const prompt: ChatCompletionMessageParam[] = [
     { role: "system", content: SYSTEM.replace("{bot}", options.botName) },
-    ...input.history.map(
-      (m): ChatCompletionMessageParam =>
-        m.fromBot
-          ? { role: "assistant", content: m.content }
-          : { role: "user", content: `${m.speaker}: ${m.content}` },
+    ...input.history.map((m): ChatCompletionMessageParam =>
+      m.fromBot
+        ? { role: "assistant", content: m.content }
+        : { role: "user", content: `${m.speaker}: ${m.content}` },
     ),
     { role: "user", content: `${input.userName}: ${input.content}` },
   ];
@@ -100,7 +99,11 @@ export async function runTurn(
     }
     messages.push(answer);
     for (const call of calls) {
-      const result = await memory.callTool(turn.turn_id, call.function.name, call.function.arguments);
+      const result = await memory.callTool(
+        turn.turn_id,
+        call.function.name,
+        call.function.arguments,
+      );
       messages.push({ role: "tool", tool_call_id: call.id, content: result.message });
       if (result.ok) tools = []; // one update per turn
     }

@@ -52,8 +52,10 @@ export interface TurnRequest<M = ProviderMessage> extends Omit<TurnStart, "messa
 }
 
 /** A started turn: `messages` (only when the request had some) and `tools` typed as asked. */
-export interface StartedTurn<M = ProviderMessage, T = ProviderTool>
-  extends Omit<TurnOut, "messages" | "tools"> {
+export interface StartedTurn<M = ProviderMessage, T = ProviderTool> extends Omit<
+  TurnOut,
+  "messages" | "tools"
+> {
   messages?: M[];
   tools: T[];
 }
@@ -220,7 +222,9 @@ export class ShortTermClient {
    * message and tool types (the sidecar answers in the shape you asked for; it is not checked
    * here).
    */
-  startTurn<M = ProviderMessage, T = ProviderTool>(body: TurnRequest<M>): Promise<StartedTurn<M, T>> {
+  startTurn<M = ProviderMessage, T = ProviderTool>(
+    body: TurnRequest<M>,
+  ): Promise<StartedTurn<M, T>> {
     return this.#request<StartedTurn<M, T>>("POST", "/v1/turns", { body });
   }
 
@@ -228,7 +232,11 @@ export class ShortTermClient {
    * Run a tool call the model made in this turn (`args`: an object, or the JSON string the
    * model sent). A refusal is `ok: false` with a message for the model, not an error.
    */
-  callTool(turnId: string, name: string, args: { [key: string]: unknown } | string): Promise<ToolResultOut> {
+  callTool(
+    turnId: string,
+    name: string,
+    args: { [key: string]: unknown } | string,
+  ): Promise<ToolResultOut> {
     const path = `/v1/turns/${seg(turnId)}/tool-calls`;
     return this.#request<ToolResultOut>("POST", path, {
       body: { name, arguments: args },
@@ -248,18 +256,31 @@ export class ShortTermClient {
     return this.#request<ServersOut>("GET", "/v1/servers", { query: options });
   }
 
-  listServerEntries(serverId: string, filter: { channelId?: string; personaId?: string } = {}): Promise<EntriesOut> {
+  listServerEntries(
+    serverId: string,
+    filter: { channelId?: string; personaId?: string } = {},
+  ): Promise<EntriesOut> {
     const query = { channel_id: filter.channelId, persona_id: filter.personaId };
     return this.#request<EntriesOut>("GET", `/v1/servers/${seg(serverId)}/entries`, { query });
   }
 
-  listUserEntries(userId: string, filter: { channelId?: string; personaId?: string } = {}): Promise<EntriesOut> {
+  listUserEntries(
+    userId: string,
+    filter: { channelId?: string; personaId?: string } = {},
+  ): Promise<EntriesOut> {
     const query = { channel_id: filter.channelId, persona_id: filter.personaId };
     return this.#request<EntriesOut>("GET", `/v1/users/${seg(userId)}/entries`, { query });
   }
 
-  /** A channel's shared entry for one persona (none: the entry without one); `null` if nothing is live. */
-  getServerEntry(serverId: string, channelId: string, personaId?: string): Promise<EntryOut | null> {
+  /**
+   * A channel's shared entry for one persona (none: the entry without one); `null` when
+   * nothing is live.
+   */
+  getServerEntry(
+    serverId: string,
+    channelId: string,
+    personaId?: string,
+  ): Promise<EntryOut | null> {
     return this.#entry(`/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry`, personaId);
   }
 
@@ -278,15 +299,31 @@ export class ShortTermClient {
   }
 
   /** Replace the summary of a shared entry (`null` clears it). */
-  setServerSummary(serverId: string, channelId: string, summary: string | null, personaId?: string): Promise<EntryResult> {
+  setServerSummary(
+    serverId: string,
+    channelId: string,
+    summary: string | null,
+    personaId?: string,
+  ): Promise<EntryResult> {
     const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry/summary`;
-    return this.#request<EntryResult>("PUT", path, { body: { summary }, query: { persona_id: personaId } });
+    return this.#request<EntryResult>("PUT", path, {
+      body: { summary },
+      query: { persona_id: personaId },
+    });
   }
 
   /** Replace the summary of a user's entry (`null` clears it). */
-  setUserSummary(userId: string, channelId: string, summary: string | null, personaId?: string): Promise<EntryResult> {
+  setUserSummary(
+    userId: string,
+    channelId: string,
+    summary: string | null,
+    personaId?: string,
+  ): Promise<EntryResult> {
     const path = `/v1/users/${seg(userId)}/channels/${seg(channelId)}/entry/summary`;
-    return this.#request<EntryResult>("PUT", path, { body: { summary }, query: { persona_id: personaId } });
+    return this.#request<EntryResult>("PUT", path, {
+      body: { summary },
+      query: { persona_id: personaId },
+    });
   }
 
   /** Replace every category value of a shared entry. */
@@ -297,7 +334,10 @@ export class ShortTermClient {
     personaId?: string,
   ): Promise<EntryResult> {
     const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry/categories`;
-    return this.#request<EntryResult>("PUT", path, { body: { categories }, query: { persona_id: personaId } });
+    return this.#request<EntryResult>("PUT", path, {
+      body: { categories },
+      query: { persona_id: personaId },
+    });
   }
 
   // -- settings ---------------------------------------------------------------------------------
@@ -308,7 +348,9 @@ export class ShortTermClient {
 
   /** Replace a server's settings (missing fields take their defaults). */
   putServerSettings(serverId: string, settings: ServerSettingsModel): Promise<ServerSettingsModel> {
-    return this.#request<ServerSettingsModel>("PUT", `/v1/servers/${seg(serverId)}/settings`, { body: settings });
+    return this.#request<ServerSettingsModel>("PUT", `/v1/servers/${seg(serverId)}/settings`, {
+      body: settings,
+    });
   }
 
   getUserSettings(userId: string): Promise<UserSettingsModel> {
@@ -317,7 +359,9 @@ export class ShortTermClient {
 
   /** Replace a user's settings; `privacy: "full"` also forgets what was kept about them. */
   putUserSettings(userId: string, settings: UserSettingsModel): Promise<UserSettingsModel> {
-    return this.#request<UserSettingsModel>("PUT", `/v1/users/${seg(userId)}/settings`, { body: settings });
+    return this.#request<UserSettingsModel>("PUT", `/v1/users/${seg(userId)}/settings`, {
+      body: settings,
+    });
   }
 
   // -- deletion ---------------------------------------------------------------------------------

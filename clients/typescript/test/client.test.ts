@@ -33,14 +33,22 @@ const CAPTURE: CaptureIn = {
 
 describe("a turn", () => {
   it("starts, splices the memory into the prompt, calls the tool once and captures", async () => {
-    const plans = await memory.startTurn({ user_id: "111", channel_id: "plans", server_id: server });
+    const plans = await memory.startTurn({
+      user_id: "111",
+      channel_id: "plans",
+      server_id: server,
+    });
     assert.equal(typeof plans.turn_id, "string");
     assert.equal(plans.messages, undefined); // no messages asked, none answered
     const first = await memory.callTool(plans.turn_id, "update_short_term_memory", {
       summary: "Hike planned: Saturday, ridge trail, 8am.",
     });
     assert.deepEqual(first, { ok: true, message: first.message });
-    const second = await memory.callTool(plans.turn_id, "update_short_term_memory", "{\"summary\": \"x\"}");
+    const second = await memory.callTool(
+      plans.turn_id,
+      "update_short_term_memory",
+      '{"summary": "x"}',
+    );
     assert.equal(second.ok, false); // one update per turn; a refusal is not an error
     await memory.capture(plans.turn_id, CAPTURE);
     await assert.rejects(memory.capture(plans.turn_id, CAPTURE), (error: unknown) => {
@@ -66,7 +74,11 @@ describe("a turn", () => {
     const items = general.context.items;
     assert.equal(items.length, 1);
     assert.match(items[0]!.text, /Ridge trail, 8am/);
-    assert.deepEqual(general.messages, [prompt[0], { role: "user", content: items[0]!.text }, prompt[1]]);
+    assert.deepEqual(general.messages, [
+      prompt[0],
+      { role: "user", content: items[0]!.text },
+      prompt[1],
+    ]);
     assert.equal((general.tools[0] as { type: string }).type, "function");
   });
 
@@ -85,7 +97,11 @@ describe("a turn", () => {
 
 describe("errors", () => {
   it("surface the sidecar's error body, naming the field", async () => {
-    const bad = { user_id: "111", channel_id: "c", messages: [{ role: "user", content: "a" }, { role: "robot" }] };
+    const bad = {
+      user_id: "111",
+      channel_id: "c",
+      messages: [{ role: "user", content: "a" }, { role: "robot" }],
+    };
     await assert.rejects(memory.startTurn(bad), (error: unknown) => {
       assert.ok(error instanceof ShortTermError && !(error instanceof TurnNotFoundError));
       assert.equal(error.status, 422);
@@ -98,17 +114,23 @@ describe("errors", () => {
 
   it("tell a missing token apart", async () => {
     const anonymous = new ShortTermClient({ baseUrl });
-    await assert.rejects(anonymous.startTurn({ user_id: "1", channel_id: "2" }), (error: unknown) => {
-      assert.ok(error instanceof ShortTermError);
-      assert.equal(error.status, 401);
-      assert.equal(error.code, "unauthorized");
-      return true;
-    });
+    await assert.rejects(
+      anonymous.startTurn({ user_id: "1", channel_id: "2" }),
+      (error: unknown) => {
+        assert.ok(error instanceof ShortTermError);
+        assert.equal(error.status, 401);
+        assert.equal(error.code, "unauthorized");
+        return true;
+      },
+    );
     assert.deepEqual(await anonymous.health(), { status: "ok", degraded: false });
   });
 
   it("say that an unknown turn id is not found", async () => {
-    await assert.rejects(memory.callTool("no-such-turn", "update_short_term_memory", {}), TurnNotFoundError);
+    await assert.rejects(
+      memory.callTool("no-such-turn", "update_short_term_memory", {}),
+      TurnNotFoundError,
+    );
   });
 
   describe("of the connection", () => {
@@ -160,7 +182,10 @@ describe("entries, settings and forgetting", () => {
     const entry = await memory.getServerEntry(server, channel);
     assert.equal(entry?.key.channel_id, channel);
     const listed = await memory.listServerEntries(server, { channelId: channel });
-    assert.deepEqual(listed.entries.map((e) => e.summary), ["Notes for this channel."]);
+    assert.deepEqual(
+      listed.entries.map((e) => e.summary),
+      ["Notes for this channel."],
+    );
     const settings = await memory.putServerSettings(server, { refresh_cadence: 3 });
     assert.equal(settings.refresh_cadence, 3);
     assert.equal((await memory.getServerSettings(server)).refresh_cadence, 3);

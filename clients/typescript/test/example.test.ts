@@ -1,5 +1,6 @@
 // The discord.js example's turn against a real sidecar and a scripted OpenAI-compatible model
-// (the Python suite starts both: SHORTTERM_TEST_URL, SHORTTERM_TEST_TOKEN, SHORTTERM_TEST_MODEL_URL).
+// (the Python suite starts both: SHORTTERM_TEST_URL, SHORTTERM_TEST_TOKEN and
+// SHORTTERM_TEST_MODEL_URL).
 // The model first calls update_short_term_memory, then answers.
 
 import assert from "node:assert/strict";
@@ -36,7 +37,10 @@ it("runs a whole turn: splice, tool call through the sidecar, reply, capture", a
   const reply = await runTurn(memory, openai, input, { model: "scripted", botName: "Tomo" });
   assert.equal(reply, "Saturday at 8, see you there!");
   const entry = await memory.getServerEntry(server, "222");
-  assert.equal(entry?.summary, "Ana and Tomo planned a Saturday hike on the ridge trail, leaving at 8.");
+  assert.equal(
+    entry?.summary,
+    "Ana and Tomo planned a Saturday hike on the ridge trail, leaving at 8.",
+  );
   assert.deepEqual(
     entry?.messages.map((m) => [m.speaker, m.content]),
     [
