@@ -168,9 +168,9 @@ def dialogues(draw: st.DrawFn, fmt: str) -> list[Msg]:
             if exchange:
                 if draw(st.booleans()):
                     out.append({"type": "reasoning", "id": f"r{i}", "summary": []})
-                calls = [f"c{i}.{j}" for j in range(results)]
-                out += [{"type": "function_call", "call_id": c, "name": "w"} for c in calls]
-                outputs = [{"type": "function_call_output", "call_id": c} for c in calls]
+                ids = [f"c{i}.{j}" for j in range(results)]
+                out += [{"type": "function_call", "call_id": c, "name": "w"} for c in ids]
+                outputs = [{"type": "function_call_output", "call_id": c} for c in ids]
                 out += [{**o, "output": said} for o in outputs]
             else:
                 out.append({"role": draw(st.sampled_from(["user", "assistant"])), "content": said})
