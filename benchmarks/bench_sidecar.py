@@ -95,7 +95,7 @@ def turn_plan(rng: random.Random, n: int) -> dict[str, Any]:
     server = rng.choice(("5001", "5002"))
     user = str(1000 + rng.randrange(50))
     channel = str(7000 + rng.randrange(20))
-    start = {
+    start: dict[str, Any] = {
         "user_id": user,
         "channel_id": channel,
         "server_id": server,

@@ -93,9 +93,11 @@ _CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def _chat_check(i: int, m: Msg) -> None:
-    _check_role(i, m, _CHAT_ROLES)
+    # The hot path of a spliced turn start: exact-type checks first, isinstance only after.
+    if m.get("role") not in _CHAT_ROLES:
+        _check_role(i, m, _CHAT_ROLES)
     content = m.get("content")
-    if content is not None and not isinstance(content, str | list):
+    if type(content) is not str and content is not None and not isinstance(content, str | list):
         raise _refuse(i, "content", content, "a string, a list of content parts or null")
     calls = m.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
@@ -264,19 +266,22 @@ def inject(
         raise InvalidInput("ctx", ctx, "a shortterm.Context")
     if isinstance(dialogue, str | bytes) or not isinstance(dialogue, Sequence):
         raise InvalidInput("dialogue", dialogue, "a list of message dicts")
+    check = shape.check
     for i, message in enumerate(dialogue):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise InvalidInput(f"dialogue[{i}]", message, "a message dict")
-        shape.check(i, message)
+        check(i, message)
     inserts: dict[int, list[ContextItem]] = {}
     if ctx.items:
         inserts.setdefault(_position(dialogue, ctx.memory_depth, shape), []).extend(ctx.items)
     if ctx.nudge is not None:
         inserts.setdefault(_position(dialogue, ctx.nudge_depth, shape), []).append(ctx.nudge)
+    messages = dialogue if type(dialogue) is list else list(dialogue)
     out: list[dict[str, Any]] = []
-    for i in range(len(dialogue) + 1):
-        for item in inserts.get(i, ()):
-            out.append(shape.item(item))
-        if i < len(dialogue):
-            out.append(dict(dialogue[i]))
+    done = 0
+    for pos in sorted(inserts):
+        out += map(dict, messages[done:pos])
+        out += map(shape.item, inserts[pos])
+        done = pos
+    out += map(dict, messages[done:])
     return out
