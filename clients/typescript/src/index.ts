@@ -188,7 +188,7 @@ export class ShortTermClient {
       text = await response.text();
     } catch (error) {
       if (abort.signal.aborted) throw new ShortTermTimeoutError(method, path, this.timeoutMs);
-      const reason = error instanceof Error ? (error.cause ?? error).toString() : String(error);
+      const reason = String(error instanceof Error ? (error.cause ?? error) : error);
       throw new ShortTermConnectionError(`${method} ${path}: ${reason}`, { cause: error });
     } finally {
       clearTimeout(timer);
