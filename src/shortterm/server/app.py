@@ -155,9 +155,9 @@ def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> AP
         tags=["turns"],
         responses=with_body,
         summary="Start a turn",
-        response_model_exclude_unset=True,
+        response_model=TurnOut,
     )
-    async def start_turn(body: TurnStart) -> TurnOut:
+    async def start_turn(body: TurnStart) -> Response:
         """Start a turn and render what memory adds to its prompt.
 
         Returns the `turn_id` for the tool-call and capture routes, the context (items, nudge
@@ -172,7 +172,7 @@ def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> AP
         due = await turn.maintenance_due()
         turn_id = await turns.add(turn)
         extra = {} if spliced is None else {"messages": spliced}
-        return TurnOut(
+        out = TurnOut(
             turn_id=turn_id,
             expires_in_s=settings.turn_ttl_s,
             context=ContextOut.of(ctx),
@@ -180,6 +180,11 @@ def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> AP
             maintenance_due=due,
             **extra,
         )
+        # Serialized once, here: the framework's own path would dump the model, validate the
+        # dump and dump it again, three passes over a spliced prompt. Unset means "no
+        # messages were asked for", so the field is left out rather than null.
+        body_json = out.model_dump_json(exclude_unset=True)
+        return Response(body_json, status_code=201, media_type="application/json")
 
     @router.post(
         "/turns/{turn_id}/tool-calls",
