@@ -181,8 +181,10 @@ async def test_shared_turn_ids_expire_after_their_last_use(
 async def test_shared_turn_ids_are_bounded_least_recently_used_first(
     shared_app: httpx.AsyncClient, clock: FakeClock
 ) -> None:
-    ids = [await start(shared_app, channel_id=f"c{i}") for i in range(3)]
-    clock.advance(1)
+    ids = []
+    for i in range(3):  # one clock step apart: uses at the same instant have no order
+        ids.append(await start(shared_app, channel_id=f"c{i}"))
+        clock.advance(1)
     await shared_app.post(f"/v1/turns/{ids[0]}/tool-calls", json=OTHER)  # used
     newest = await start(shared_app, channel_id="c3")  # evicts ids[1], the least recent
     gone = await shared_app.post(f"/v1/turns/{ids[1]}/capture", json=CAPTURE)

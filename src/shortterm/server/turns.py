@@ -163,7 +163,8 @@ class TurnRegistry:
 
 # KEYS[1] the turn's hash, KEYS[2] the index; ARGV: id, args, expiry, now, max_turns, ttl_ms,
 # the hash prefix. Drops expired ids (a batch), evicts the least recently used beyond
-# max_turns, then adds the turn. Answers {expired, evicted, live}.
+# max_turns (uses at the same clock reading go in id order), then adds the turn. Answers
+# {expired, evicted, live}.
 _ADD = """
 local expired = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4], 'LIMIT', 0, 100)) do
