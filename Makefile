@@ -50,6 +50,8 @@ bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on
 		--plot docs/latency-vs-entries.png
 	$(BIN)/python benchmarks/bench_backends.py --postgres $(POSTGRES_URL) --redis $(REDIS_URL)
 	$(BIN)/python benchmarks/bench_sidecar.py --clients 1,4,16 --write docs/benchmarks.md
+	$(BIN)/python benchmarks/bench_sidecar.py --replicas 1,2 --clients 1,4 --turns 3000 \
+		--postgres $(POSTGRES_URL) --redis $(REDIS_URL) --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*

@@ -29,6 +29,7 @@ from .model import (
 from .recall import build_context
 from .text import truncate
 from .tool import execute as _tool
+from .tool.guards import SharedGuard
 from .tool.guards import refusal as _tool_refusal
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class Turn:
         self.locale = locale
         self.upgraded = False  # one successful upgrade per turn
         self._upgrading = False  # an upgrade of this turn is being written
+        self._shared: SharedGuard | None = None  # set when several processes serve the turn
         self._intent: bool | None = None
 
     # -- scopes ---------------------------------------------------------------------------
@@ -154,8 +156,9 @@ class Turn:
     # -- write path 2: the summary upgrade tool -------------------------------------------
 
     def tools(self, format: str = "openai") -> list[dict[str, Any]]:
-        """The ``update_short_term_memory`` definition in ``format`` ("openai", "anthropic",
-        "gemini", "mcp"), as a one-item list; ``[]`` when this turn may not use it."""
+        """The ``update_short_term_memory`` definition in ``format`` ("openai",
+        "openai-responses", "anthropic", "gemini", "mcp"), as a one-item list; ``[]`` when
+        this turn may not use it."""
         return _tool.tools(self, format)
 
     async def call_tool(self, name: str, args: object) -> _tool.ToolResult:

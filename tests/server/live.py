@@ -1,12 +1,17 @@
 """Running the sidecar for a test: uvicorn on an ephemeral loopback port, in this event loop
-(a background task) or in a thread of its own (for synchronous clients)."""
+(a background task), in a thread of its own (for synchronous clients), or as a real
+``shortterm serve`` process."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -91,3 +96,50 @@ def serving_in_thread(
         assert not thread.is_alive(), "the sidecar thread did not stop"
         if holder.get("error") is not None:
             raise holder["error"]
+
+
+SHORTTERM = Path(sys.executable).with_name("shortterm")
+
+
+@contextmanager
+def sidecar_process(
+    store: str, cache: str = "memory://", env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """``shortterm serve`` in a process of its own on a free loopback port; yields its URL.
+    ``env`` adds ``SHORTTERM_*`` settings (the test's own are not passed on)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    proc = subprocess.Popen(
+        [str(SHORTTERM), "serve", "--port", "0", "--store", store, "--cache", cache],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, **(env or {})},
+    )
+    assert proc.stderr is not None
+    url = ""
+    seen: list[str] = []
+    for _ in range(200):
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith("shortterm sidecar listening on "):
+            url = line.split()[4]
+            break
+    if not url:
+        proc.kill()
+        proc.wait(10)
+        proc.stderr.close()
+        raise AssertionError("the sidecar did not start:\n" + "".join(seen))
+    # Keep reading its log so a full pipe never blocks it.
+    log: list[str] = []
+    drain = threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True)
+    drain.start()
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        drain.join(5)
+        proc.stderr.close()
+        assert "Traceback" not in "".join(log), "".join(log)

@@ -60,9 +60,13 @@ def sidecar_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-# Category labels whose field names collide ("Mood" and "mood") are refused with a 422, a rule
-# JSON Schema cannot state; every other check, including this one elsewhere, applies.
-SCHEMA_CANNOT_SAY = {("PUT", "/v1/servers/{server_id}/settings"): [positive_data_acceptance]}
+# Category labels whose field names collide ("Mood" and "mood") are refused with a 422, and the
+# shape of a turn's `messages` depends on its `messages_format`: rules JSON Schema cannot state.
+# Every other check, including this one elsewhere, applies.
+SCHEMA_CANNOT_SAY = {
+    ("PUT", "/v1/servers/{server_id}/settings"): [positive_data_acceptance],
+    ("POST", "/v1/turns"): [positive_data_acceptance],
+}
 
 
 # The same cases on every run: a generated "negative" case whose only fault is a missing

@@ -64,7 +64,7 @@ async def test_full_turn_flow(http: httpx.AsyncClient) -> None:
     assert summary in item["text"]
 
 
-@pytest.mark.parametrize("fmt", ["openai", "anthropic", "gemini", "mcp"])
+@pytest.mark.parametrize("fmt", ["openai", "openai-responses", "anthropic", "gemini", "mcp"])
 async def test_tools_in_each_format(
     asgi: httpx.AsyncClient, memory: shortterm.Memory, fmt: str
 ) -> None:
@@ -128,6 +128,16 @@ async def test_capture_ends_the_turn(asgi: httpx.AsyncClient) -> None:
     assert again.json()["code"] == "not_found"
     late = await asgi.post(f"/v1/turns/{turn_id}/tool-calls", json={"name": TOOL, "arguments": {}})
     assert late.status_code == 404
+
+
+async def test_two_captures_of_one_turn_at_once_land_once(http: httpx.AsyncClient) -> None:
+    turn_id = (await start(http))["turn_id"]
+    done = await asyncio.gather(
+        *(http.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE) for _ in range(3))
+    )
+    assert sorted(r.status_code for r in done) == [204, 404, 404]
+    entry = (await http.get("/v1/servers/333/channels/plans/entry")).json()
+    assert entry["turns_since_refresh"] == 1
 
 
 async def test_a_failed_capture_keeps_the_turn(asgi: httpx.AsyncClient) -> None:

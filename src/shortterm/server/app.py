@@ -16,7 +16,9 @@ from fastapi.responses import Response
 
 from .. import __version__
 from ..config import Config
+from ..context import Context
 from ..errors import InvalidInput
+from ..inject import inject
 from ..memory import MAX_SERVERS_PAGE, Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from .errors import NotFound, install_error_handlers, openapi_errors
@@ -51,7 +53,7 @@ from .schemas import (
     UserSettingsModel,
 )
 from .settings import SidecarSettings
-from .turns import TurnRegistry
+from .turns import RedisTurnRegistry, TurnRegistry, Turns
 
 __all__ = ["create_app"]
 
@@ -136,7 +138,15 @@ async def _known_query(request: Request) -> None:
         seen.add(name)
 
 
-def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings) -> APIRouter:
+def _splice(messages: list[dict[str, Any]], ctx: Context, body: TurnStart) -> list[dict[str, Any]]:
+    try:
+        return inject(messages, ctx, format=body.messages_format)
+    except InvalidInput as exc:
+        field = "messages" + exc.field.removeprefix("dialogue")
+        raise InvalidInput(field, exc.value, exc.allowed) from None
+
+
+def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query)])
     auth = (401,) if settings.token is not None else ()
     common = openapi_errors(*auth, 422, 503)
@@ -147,27 +157,41 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
     # -- turns -------------------------------------------------------------------------------
 
     @router.post(
-        "/turns", status_code=201, tags=["turns"], responses=with_body, summary="Start a turn"
+        "/turns",
+        status_code=201,
+        tags=["turns"],
+        responses=with_body,
+        summary="Start a turn",
+        response_model=TurnOut,
     )
-    async def start_turn(body: TurnStart) -> TurnOut:
+    async def start_turn(body: TurnStart) -> Response:
         """Start a turn and render what memory adds to its prompt.
 
         Returns the `turn_id` for the tool-call and capture routes, the context (items, nudge
         and depths; see the prompt-format document), the tool definitions in `tools_format`
         (empty when the turn may not use the tool) and whether the cadence asks for an update.
+        With `messages`, also that prompt with the memory spliced in.
         """
         turn = memory.turn(**body.turn_kwargs())
         ctx = await turn.context(max_tokens=body.max_tokens)
-        tools = turn.tools(body.tools_format)
+        spliced = None if body.messages is None else _splice(body.messages, ctx, body)
+        tools = turn.tools(body.tools_shape)
         due = await turn.maintenance_due()
-        turn_id = turns.add(turn)
-        return TurnOut(
+        turn_id = await turns.add(turn)
+        extra = {} if spliced is None else {"messages": spliced}
+        out = TurnOut(
             turn_id=turn_id,
             expires_in_s=settings.turn_ttl_s,
             context=ContextOut.of(ctx),
             tools=tools,
             maintenance_due=due,
+            **extra,
         )
+        # Serialized once, here: the framework's own path would dump the model, validate the
+        # dump and dump it again, three passes over a spliced prompt. Unset means "no
+        # messages were asked for", so the field is left out rather than null.
+        body_json = out.model_dump_json(exclude_unset=True)
+        return Response(body_json, status_code=201, media_type="application/json")
 
     @router.post(
         "/turns/{turn_id}/tool-calls",
@@ -181,7 +205,7 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
         A refusal is not an HTTP error: `ok` is false and `message` says why, for the model.
         One update succeeds per turn, however many requests ask.
         """
-        result = await turns.get(turn_id).call_tool(body.name, body.arguments)
+        result = await (await turns.get(turn_id)).call_tool(body.name, body.arguments)
         return ToolResultOut(ok=result.ok, message=result.message)
 
     @router.post(
@@ -198,10 +222,14 @@ def _build_router(memory: Memory, turns: TurnRegistry, settings: SidecarSettings
         `history` + `replies`; skipped (still 204) for stopped turns, turns without replies and
         full-privacy users.
         """
-        turn = turns.get(turn_id)
         history, replies = body.library_args()
-        await turn.capture(history=history, replies=replies, stopped=body.stopped)
-        turns.discard(turn_id)
+        turn = await turns.begin_capture(turn_id)
+        captured = False
+        try:
+            await turn.capture(history=history, replies=replies, stopped=body.stopped)
+            captured = True
+        finally:
+            await turns.end_capture(turn_id, captured=captured)
         return Response(status_code=204)
 
     # -- entries -----------------------------------------------------------------------------
@@ -526,6 +554,18 @@ def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
     return doc
 
 
+def _registry(memory: Memory, settings: SidecarSettings) -> Turns:
+    """Turns shared through the cache's Redis when there is one (any replica serves any
+    turn), else kept in this process."""
+    ttl_s, max_turns = settings.turn_ttl_s, settings.max_turns
+    if memory.cache.shared:
+        from ..cache.redis import RedisCache
+
+        if isinstance(memory.cache, RedisCache):
+            return RedisTurnRegistry(memory, memory.cache, ttl_s=ttl_s, max_turns=max_turns)
+    return TurnRegistry(ttl_s=ttl_s, max_turns=max_turns, clock=memory.clock)
+
+
 def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastAPI:
     """The sidecar for an open ``memory``. Refuses a non-loopback ``settings.host`` without
     a token (:class:`shortterm.ConfigError`)."""
@@ -533,7 +573,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     if not isinstance(chosen, SidecarSettings):
         raise InvalidInput("settings", settings, "a shortterm.server.SidecarSettings")
     chosen.check_exposure()
-    turns = TurnRegistry(ttl_s=chosen.turn_ttl_s, max_turns=chosen.max_turns, clock=memory.clock)
+    turns = _registry(memory, chosen)
     metrics = Metrics(memory.stats, turns)
     app = FastAPI(
         title="shortterm sidecar",

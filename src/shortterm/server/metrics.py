@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .turns import TurnRegistry
+from .turns import Turns
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -45,7 +45,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 class _MemoryCollector(Collector):
-    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: TurnRegistry) -> None:
+    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: Turns) -> None:
         self._stats = stats
         self._turns = turns
 
@@ -77,7 +77,7 @@ class _MemoryCollector(Collector):
 class Metrics:
     """``observe(route, method, status, seconds)`` per request; ``render()`` for a scrape."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: TurnRegistry) -> None:
+    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: Turns) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._latency = Histogram(
             "shortterm_http_request_duration_seconds",

@@ -1,23 +1,46 @@
 """Turns that outlive one request: a bounded registry keyed by unguessable ids.
 
 A bot starts a turn with one request, may call the tool with another and captures with a
-third. The same :class:`shortterm.Turn` object serves all of them, so its per-turn guards (one
-upgrade per turn) hold across requests. Ids come from :func:`secrets.token_urlsafe`; an id
-expires ``ttl_s`` seconds after its last use, and at most ``max_turns`` are kept, the least
-recently used evicted first.
+third. Ids come from :func:`secrets.token_urlsafe`; an id expires ``ttl_s`` seconds after its
+last use (by the memory's clock), and at most ``max_turns`` are kept, the least recently used
+evicted first. A capture ends the turn: its id is released.
+
+Two registries keep that contract:
+
+- :class:`TurnRegistry` (in-process cache): the :class:`shortterm.Turn` objects themselves,
+  in this process. Its per-turn guards hold across requests to this process.
+- :class:`RedisTurnRegistry` (Redis cache): one hash per turn in the cache's Redis, under its
+  prefix (``turn:<id>``: the turn's arguments, its expiry, the upgrade guard, a capture
+  claim) and a sorted set of ids by expiry (``turns``). Any replica on that Redis rebuilds
+  the turn from its arguments and serves it; the one-upgrade guard is taken in a Lua script,
+  so of parallel tool calls through any replicas exactly one writes; a capture deletes the
+  hash, which ends the turn everywhere at once.
+
+The shared registry, rather than a signed self-describing token, because it needs no secret
+to distribute to every replica, a capture revokes the turn immediately (a token would stay
+valid until it expires), and the guard needs shared state anyway.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import StoreUnavailable
+from ..model import Privacy
+from ..tool import texts
 from ..turn import Turn
 from .errors import NotFound
 
-__all__ = ["TurnNotFound", "TurnRegistry"]
+if TYPE_CHECKING:
+    from ..cache.redis import RedisCache
+    from ..memory import Memory
+
+__all__ = ["RedisTurnRegistry", "TurnNotFound", "TurnRegistry", "Turns"]
 
 ID_BYTES = 24  # 192 bits: 32 URL-safe characters
 
@@ -33,14 +56,44 @@ class TurnNotFound(NotFound):
         )
 
 
+class Turns(Protocol):
+    """What the routes need of a registry."""
+
+    ttl_s: float
+    evicted: int
+    expired: int
+
+    def __len__(self) -> int: ...
+
+    async def add(self, turn: Turn) -> str: ...
+
+    async def get(self, turn_id: str) -> Turn:
+        """The live turn (its expiry pushed forward), or :class:`TurnNotFound`."""
+        ...
+
+    async def begin_capture(self, turn_id: str) -> Turn:
+        """The live turn, claimed for its capture; :class:`TurnNotFound` when a capture of it
+        is already under way."""
+        ...
+
+    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
+        """Release the turn after a capture (``captured``), or give the claim back so the
+        capture can be retried."""
+        ...
+
+
+# -- in-process ---------------------------------------------------------------------------------
+
+
 @dataclass(slots=True)
 class _Slot:
     turn: Turn
     expires_at: float
+    capturing: bool = False
 
 
 class TurnRegistry:
-    """Live turns by id. Not thread-safe: it lives on the server's event loop.
+    """Live turns by id in this process. Not thread-safe: it lives on the server's event loop.
 
     Every use pushes the expiry forward by the same ``ttl_s`` and moves the id to the end, so
     the order of the dict is both recency and expiry order: expired ids are always at the
@@ -67,7 +120,7 @@ class TurnRegistry:
             slots.popitem(last=False)
             self.expired += 1
 
-    def add(self, turn: Turn) -> str:
+    async def add(self, turn: Turn) -> str:
         now = self._clock()
         self._purge(now)
         while len(self._slots) >= self.max_turns:
@@ -77,8 +130,7 @@ class TurnRegistry:
         self._slots[turn_id] = _Slot(turn, now + self.ttl_s)
         return turn_id
 
-    def get(self, turn_id: str) -> Turn:
-        """The live turn with this id (its expiry pushed forward), or :class:`TurnNotFound`."""
+    def _slot(self, turn_id: str) -> _Slot:
         now = self._clock()
         self._purge(now)
         slot = self._slots.get(turn_id)
@@ -86,7 +138,226 @@ class TurnRegistry:
             raise TurnNotFound(turn_id)
         slot.expires_at = now + self.ttl_s
         self._slots.move_to_end(turn_id)
+        return slot
+
+    async def get(self, turn_id: str) -> Turn:
+        return self._slot(turn_id).turn
+
+    async def begin_capture(self, turn_id: str) -> Turn:
+        slot = self._slot(turn_id)
+        if slot.capturing:
+            raise TurnNotFound(turn_id)
+        slot.capturing = True
         return slot.turn
 
-    def discard(self, turn_id: str) -> None:
-        self._slots.pop(turn_id, None)
+    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
+        if captured:
+            self._slots.pop(turn_id, None)
+            return
+        slot = self._slots.get(turn_id)
+        if slot is not None:
+            slot.capturing = False
+
+
+# -- shared through Redis -----------------------------------------------------------------------
+
+# KEYS[1] the turn's hash, KEYS[2] the index; ARGV: id, args, expiry, now, max_turns, ttl_ms,
+# the hash prefix. Drops expired ids (a batch), evicts the least recently used beyond
+# max_turns (uses at the same clock reading go in id order), then adds the turn. Answers
+# {expired, evicted, live}.
+_ADD = """
+local expired = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4], 'LIMIT', 0, 100)) do
+  redis.call('DEL', ARGV[7] .. id)
+  redis.call('ZREM', KEYS[2], id)
+  expired = expired + 1
+end
+local evicted = 0
+while redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) do
+  local oldest = redis.call('ZPOPMIN', KEYS[2])
+  redis.call('DEL', ARGV[7] .. oldest[1])
+  evicted = evicted + 1
+end
+redis.call('HSET', KEYS[1], 'args', ARGV[2], 'exp', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return {expired, evicted, redis.call('ZCARD', KEYS[2])}
+"""
+
+# KEYS as above; ARGV: id, now, new expiry, ttl_ms, claim ('1': claim the capture). Answers
+# false for a missing or expired turn, 'capturing' when the claim is taken, else
+# {args, upgrade state}; the expiry moves forward.
+_GET = """
+local v = redis.call('HMGET', KEYS[1], 'args', 'exp', 'upgrade', 'capture')
+if not v[1] then return false end
+if tonumber(v[2]) <= tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return false
+end
+if ARGV[5] == '1' then
+  if v[4] then return 'capturing' end
+  redis.call('HSET', KEYS[1], 'capture', '1')
+end
+redis.call('HSET', KEYS[1], 'exp', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[1])
+return {v[1], v[3] or ''}
+"""
+
+# KEYS[1] the turn's hash. The one-upgrade guard: 'ok' (this call may write), 'done',
+# 'busy' (another call is writing) or 'gone' (the turn ended).
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'gone' end
+local state = redis.call('HGET', KEYS[1], 'upgrade')
+if state then return state end
+redis.call('HSET', KEYS[1], 'upgrade', 'busy')
+return 'ok'
+"""
+
+# KEYS[1] the turn's hash; ARGV[1] '1' when the upgrade landed. Never recreates an ended turn.
+_SETTLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'upgrade', 'done')
+else redis.call('HDEL', KEYS[1], 'upgrade') end
+return 1
+"""
+
+# KEYS as above; ARGV[1] the id, ARGV[2] '1' when captured (the turn ends) or '0' (the claim
+# is given back).
+_END = """
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+else
+  redis.call('HDEL', KEYS[1], 'capture')
+end
+return 1
+"""
+
+_ARGS = (
+    "user_id",
+    "channel_id",
+    "server_id",
+    "persona_id",
+    "persona_lineage_id",
+    "user_message",
+    "user_name",
+    "bot_name",
+    "server_name",
+    "channel_name",
+    "parent_channel_id",
+    "provider",
+    "has_tools",
+    "locale",
+)
+
+
+def _turn_args(turn: Turn) -> str:
+    args: dict[str, Any] = {name: getattr(turn, name) for name in _ARGS}
+    args["privacy"] = turn.privacy.value
+    # ASCII escapes: a lone surrogate in a JSON string is valid input and must not fail here.
+    return json.dumps(args, separators=(",", ":"))
+
+
+class _SharedGuard:
+    """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.tool.guards``)."""
+
+    def __init__(self, registry: RedisTurnRegistry, turn_id: str) -> None:
+        self._registry = registry
+        self._turn_id = turn_id
+
+    async def claim(self) -> str | None:
+        r = self._registry
+        state = await r._run("turn guard", r._claim, [r._key(self._turn_id)], [])
+        if state == "ok":
+            return None
+        if state == "gone":
+            raise TurnNotFound(self._turn_id)
+        return texts.ALREADY if state == "done" else texts.IN_FLIGHT
+
+    async def settle(self, upgraded: bool) -> None:
+        r = self._registry
+        await r._run("turn guard", r._settle, [r._key(self._turn_id)], ["1" if upgraded else "0"])
+
+
+class RedisTurnRegistry:
+    """Live turns in Redis, shared by every sidecar replica on the same Redis and prefix."""
+
+    def __init__(self, memory: Memory, cache: RedisCache, *, ttl_s: float, max_turns: int) -> None:
+        self.ttl_s = ttl_s
+        self.max_turns = max_turns
+        self._memory = memory
+        self._cache = cache
+        self._hash_prefix = f"{cache.prefix}turn:"
+        self._index = f"{cache.prefix}turns"
+        self._ttl_ms = str(max(1, int(ttl_s * 1000)))
+        client = cache.client
+        self._add = client.register_script(_ADD)
+        self._get = client.register_script(_GET)
+        self._claim = client.register_script(_CLAIM)
+        self._settle = client.register_script(_SETTLE)
+        self._end = client.register_script(_END)
+        self._live = 0  # as of this replica's last turn start
+        self.evicted = 0
+        self.expired = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def _key(self, turn_id: str) -> str:
+        return self._hash_prefix + turn_id
+
+    async def _run(self, what: str, script: Any, keys: list[str], args: list[str]) -> Any:
+        result: Any = await self._cache._call(what, script(keys=keys, args=args))
+        return result
+
+    async def add(self, turn: Turn) -> str:
+        turn_id = secrets.token_urlsafe(ID_BYTES)
+        now = self._memory.clock()
+        args = [
+            turn_id,
+            _turn_args(turn),
+            repr(now + self.ttl_s),
+            repr(now),
+            str(self.max_turns),
+            self._ttl_ms,
+            self._hash_prefix,
+        ]
+        expired, evicted, live = await self._run(
+            "turn start", self._add, [self._key(turn_id), self._index], args
+        )
+        self.expired += int(expired)
+        self.evicted += int(evicted)
+        self._live = int(live)
+        return turn_id
+
+    async def _load(self, turn_id: str, *, claim: bool) -> Turn:
+        if not turn_id.isascii():
+            raise TurnNotFound(turn_id)  # never issued: ids are URL-safe ASCII
+        now = self._memory.clock()
+        args = [turn_id, repr(now), repr(now + self.ttl_s), self._ttl_ms, "1" if claim else "0"]
+        found = await self._run("turn read", self._get, [self._key(turn_id), self._index], args)
+        if not found or found == "capturing":
+            raise TurnNotFound(turn_id)
+        raw, upgrade = found
+        try:
+            kwargs = json.loads(raw)
+            kwargs["privacy"] = Privacy(kwargs["privacy"])
+            turn = self._memory.turn(**kwargs)
+        except (ValueError, KeyError, TypeError) as exc:
+            # Only this registry writes these hashes; anything else is not a turn of ours.
+            raise StoreUnavailable(f"turn {turn_id!r} in Redis is unreadable: {exc}") from exc
+        turn.upgraded = upgrade == "done"
+        turn._shared = _SharedGuard(self, turn_id)
+        return turn
+
+    async def get(self, turn_id: str) -> Turn:
+        return await self._load(turn_id, claim=False)
+
+    async def begin_capture(self, turn_id: str) -> Turn:
+        return await self._load(turn_id, claim=True)
+
+    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
+        keys = [self._key(turn_id), self._index]
+        await self._run("turn end", self._end, keys, [turn_id, "1" if captured else "0"])

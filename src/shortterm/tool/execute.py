@@ -94,6 +94,11 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
         return _refused(turn, str(exc))
     meta = turn.meta(turn.persona_lineage_id)
     scopes, live = _scopes(turn, privacy)
+    shared = turn._shared
+    if shared is not None:
+        taken = await shared.claim()  # other processes serving this turn see it too
+        if taken is not None:
+            return _refused(turn, taken)
     turn._upgrading = True  # a parallel call on this turn is refused while this one runs
     try:
         rows = await memory.write_distilled(
@@ -106,14 +111,18 @@ async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
             turn.upgraded = True  # it may have landed: never a second one on this turn
             return ToolResult(False, texts.STORE_UNSURE)
         return ToolResult(False, texts.STORE_DOWN)
+    else:
+        if len(rows) == len(scopes):
+            turn.upgraded = True
     finally:
         turn._upgrading = False
+        if shared is not None:
+            await shared.settle(turn.upgraded)
     memory.health.ok()
     if len(rows) < len(scopes):
         # A forget overtook the update; what did land (if anything) is removed by it.
         memory.health.count("upgrade_refusals")
         return ToolResult(False, texts.OVERTAKEN)
-    turn.upgraded = True
     memory.health.count("upgrades")
     return ToolResult(True, texts.OK)
 

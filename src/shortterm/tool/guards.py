@@ -6,7 +6,7 @@ and a call on a turn that may not use it is refused with the same reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..model import Privacy
 from . import texts
@@ -14,7 +14,22 @@ from . import texts
 if TYPE_CHECKING:
     from ..turn import Turn
 
-__all__ = ["refusal"]
+__all__ = ["SharedGuard", "refusal"]
+
+
+class SharedGuard(Protocol):
+    """The one-upgrade-per-turn guard of a turn that several processes serve (the sidecar's
+    Redis turn registry). ``turn.upgraded`` and the in-flight flag only hold in one process;
+    with a shared guard, a tool call also claims the turn's upgrade where every process sees
+    it, atomically, just before it writes."""
+
+    async def claim(self) -> str | None:
+        """``None`` when this call may write now; otherwise the refusal for the model."""
+        ...
+
+    async def settle(self, upgraded: bool) -> None:
+        """Release the claim: the upgrade landed (or may have), or it did not."""
+        ...
 
 
 def refusal(turn: Turn, privacy: Privacy | None = None) -> str | None:

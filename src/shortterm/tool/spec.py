@@ -183,6 +183,12 @@ def _openai(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
+def _openai_responses(spec: ToolSpec) -> dict[str, Any]:
+    # The Responses API takes the chat-completions function flattened into the tool itself.
+    tool = _openai(spec)
+    return {"type": "function", **tool["function"]}
+
+
 def _anthropic(spec: ToolSpec) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description, "input_schema": _json_schema(spec)}
 
@@ -204,6 +210,7 @@ def _mcp(spec: ToolSpec) -> dict[str, Any]:
 
 FORMATS: dict[str, Callable[[ToolSpec], dict[str, Any]]] = {
     "openai": _openai,
+    "openai-responses": _openai_responses,
     "anthropic": _anthropic,
     "gemini": _gemini,
     "mcp": _mcp,
@@ -219,6 +226,6 @@ def renderer(format: object) -> Callable[[ToolSpec], dict[str, Any]]:
 
 
 def render(spec: ToolSpec, format: str) -> dict[str, Any]:
-    """The tool definition in ``format`` ("openai", "anthropic", "gemini" or "mcp"); a new
-    dict on every call, so callers may change it."""
+    """The tool definition in ``format`` ("openai", "openai-responses", "anthropic", "gemini"
+    or "mcp"); a new dict on every call, so callers may change it."""
     return renderer(format)(spec)
