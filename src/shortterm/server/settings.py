@@ -49,7 +49,7 @@ class SidecarSettings:
 
     host: str = "127.0.0.1"
     port: int = 8765
-    token: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in logs
     max_body_bytes: int = 1 << 20
     turn_ttl_s: int = 900
     max_turns: int = 10_000
