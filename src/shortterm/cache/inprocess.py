@@ -23,7 +23,7 @@ from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 
 __all__ = ["InProcessCache"]
 
-Tup = tuple[str, str, str, str | None]
+KeyTuple = tuple[str, str, str, str | None]
 Owner = tuple[str, str]
 
 # Rough resident cost in bytes of a record and of one message beside its text; only the
@@ -92,11 +92,11 @@ class InProcessCache:
         self.summary_ttl_s = summary_ttl_s
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Tup, _Record] = OrderedDict()
-        self._by_owner: dict[Owner, set[Tup]] = {}
-        self._by_channel: dict[str, set[Tup]] = {}
-        self._by_author: dict[str, set[Tup]] = {}
-        self._heap: list[tuple[float, int, Tup]] = []
+        self._entries: OrderedDict[KeyTuple, _Record] = OrderedDict()
+        self._by_owner: dict[Owner, set[KeyTuple]] = {}
+        self._by_channel: dict[str, set[KeyTuple]] = {}
+        self._by_author: dict[str, set[KeyTuple]] = {}
+        self._heap: list[tuple[float, int, KeyTuple]] = []
         self._seq = itertools.count()
         self._incomplete: set[Owner] = set()
         self._complete = False  # a miss needs no durable read
@@ -158,7 +158,7 @@ class InProcessCache:
         return rec.view
 
     def _reschedule(
-        self, kt: Tup, rec: _Record, pending: list[tuple[float, int, Tup]] | None = None
+        self, kt: KeyTuple, rec: _Record, pending: list[tuple[float, int, KeyTuple]] | None = None
     ) -> None:
         expiries = []
         if rec.messages and rec.messages_at is not None:
@@ -186,13 +186,13 @@ class InProcessCache:
 
     # -- index maintenance ----------------------------------------------------------------
 
-    def _insert(self, kt: Tup, rec: _Record) -> None:
+    def _insert(self, kt: KeyTuple, rec: _Record) -> None:
         self._entries[kt] = rec
         _add(self._by_owner, (kt[0], kt[1]), kt)
         _add(self._by_channel, kt[2], kt)
         self._bytes += rec.size
 
-    def _remove(self, kt: Tup, reason: str) -> None:
+    def _remove(self, kt: KeyTuple, reason: str) -> None:
         rec = self._entries.pop(kt)
         _discard(self._by_owner, (kt[0], kt[1]), kt)
         _discard(self._by_channel, kt[2], kt)
@@ -214,7 +214,7 @@ class InProcessCache:
                 self._owners_ok = False
                 self._incomplete.clear()
 
-    def _set_messages(self, kt: Tup, rec: _Record, messages: tuple[Message, ...]) -> None:
+    def _set_messages(self, kt: KeyTuple, rec: _Record, messages: tuple[Message, ...]) -> None:
         # The authors are recomputed from the messages rather than kept beside them: a set
         # per record would cost more memory than the index it serves.
         authors = set(map(_author, messages))
@@ -249,7 +249,7 @@ class InProcessCache:
         rec.turns = row.turns_since_refresh
         rec.revision = row.revision
 
-    def _enforce_bounds(self, keep: Tup) -> None:
+    def _enforce_bounds(self, keep: KeyTuple) -> None:
         entries = self._entries
         while len(entries) > self.max_entries or self._bytes > self.max_bytes:
             oldest = next(iter(entries))
@@ -361,8 +361,8 @@ class InProcessCache:
                 if not self._covered(r.key, r.meta.server_id, r.meta.parent_channel_id, fence)
             ]
         entries = self._entries
-        pending: list[tuple[float, int, Tup]] = []
-        kt: Tup | None = None
+        pending: list[tuple[float, int, KeyTuple]] = []
+        kt: KeyTuple | None = None
         by_owner, by_channel, seq = self._by_owner, self._by_channel, self._seq
         crude_ttl, summary_ttl = self.crude_ttl_s, self.summary_ttl_s
         for row in rows:
@@ -416,7 +416,7 @@ class InProcessCache:
     ) -> tuple[list[Entry], bool]:
         owner = (kind, owner_id)
         out: list[Entry] = []
-        expired: list[Tup] = []
+        expired: list[KeyTuple] = []
         for kt in self._by_owner.get(owner, ()):
             rec = self._entries[kt]
             view = self._view(rec, now)
@@ -530,7 +530,7 @@ class InProcessCache:
         self._bytes = 0
 
 
-def _add(index: dict[Any, set[Tup]], name: Any, kt: Tup) -> None:
+def _add(index: dict[Any, set[KeyTuple]], name: Any, kt: KeyTuple) -> None:
     keys = index.get(name)
     if keys is None:
         index[name] = {kt}
@@ -538,7 +538,9 @@ def _add(index: dict[Any, set[Tup]], name: Any, kt: Tup) -> None:
         keys.add(kt)
 
 
-def _discard(index: dict[str, set[Tup]] | dict[Owner, set[Tup]], name: object, kt: Tup) -> None:
+def _discard(
+    index: dict[str, set[KeyTuple]] | dict[Owner, set[KeyTuple]], name: object, kt: KeyTuple
+) -> None:
     keys = index.get(name)  # type: ignore[call-overload]
     if keys is not None:
         keys.discard(kt)

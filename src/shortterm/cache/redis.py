@@ -375,7 +375,8 @@ def _dumps(obj: object) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def _f(value: float) -> str:
+def _lua_float(value: float) -> str:
+    """A float as a Lua script reads it back exactly (repr round-trips)."""
     return repr(float(value))
 
 
@@ -616,7 +617,7 @@ class RedisCache:
             expiries.append(row.summary_at + self.summary_ttl_s)
         if row.categories and row.categories_at is not None:
             expiries.append(row.categories_at + self.summary_ttl_s)
-        return d, _f(max(expiries)) if expiries else ""
+        return d, _lua_float(max(expiries)) if expiries else ""
 
     # -- views ----------------------------------------------------------------------------
 
@@ -707,10 +708,10 @@ class RedisCache:
                 d,
                 vexp,
                 _messages_json(now, messages),
-                _f(now + self.crude_ttl_s) if messages else "",
+                _lua_float(now + self.crude_ttl_s) if messages else "",
                 _authors_json(messages),
-                _f(now),
-                _f(now + self.crude_ttl_s),
+                _lua_float(now),
+                _lua_float(now + self.crude_ttl_s),
                 self._margin_ms,
                 position,
                 targets,
@@ -745,8 +746,8 @@ class RedisCache:
             _meta_json(row.meta),
             d,
             vexp,
-            _f(now),
-            _f(now + self.crude_ttl_s),
+            _lua_float(now),
+            _lua_float(now + self.crude_ttl_s),
             self._margin_ms,
             "" if fence is None else str(fence.position),
             targets,
@@ -770,7 +771,13 @@ class RedisCache:
         self._totals(replies[-1])
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
-        args = [self.prefix, str(seq), _f(now), _f(now - JOURNAL_RETENTION_S), *targets]
+        args = [
+            self.prefix,
+            str(seq),
+            _lua_float(now),
+            _lua_float(now - JOURNAL_RETENTION_S),
+            *targets,
+        ]
         await self._call("forget record", self._record_forget(args=args))
 
     async def forget_user_target(self, target: str, now: float) -> int:
@@ -853,9 +860,9 @@ class RedisCache:
                         member,
                         m_raw,
                         _messages_json(at, kept),
-                        _f(at + self.crude_ttl_s) if kept else "",
+                        _lua_float(at + self.crude_ttl_s) if kept else "",
                         _authors_json(kept),
-                        _f(now),
+                        _lua_float(now),
                         self._margin_ms,
                     ],
                     client=pipe,
@@ -870,7 +877,7 @@ class RedisCache:
         removed = 0
         while True:
             reply = await self._call(
-                "sweep", self._sweep(args=[self.prefix, _f(now), str(_SWEEP_BATCH)])
+                "sweep", self._sweep(args=[self.prefix, _lua_float(now), str(_SWEEP_BATCH)])
             )
             removed += self._totals(reply)
             if int(reply[3]) < _SWEEP_BATCH:

@@ -308,7 +308,7 @@ _DECODER = json.JSONDecoder()
 # -- validation ------------------------------------------------------------------------------
 
 
-class _Bad(Exception):
+class _Malformed(Exception):
     """A field of one decoded value is wrong; the caller adds the position."""
 
     def __init__(self, path: str, problem: str) -> None:
@@ -333,13 +333,13 @@ def _describe(value: object) -> str:
 
 def _field(obj: Mapping[str, Any], name: str, path: str) -> Any:
     if name not in obj:
-        raise _Bad(f"{path}.{name}", "missing")
+        raise _Malformed(f"{path}.{name}", "missing")
     return obj[name]
 
 
 def _object(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise _Bad(path, f"expected an object, found {_describe(value)}")
+        raise _Malformed(path, f"expected an object, found {_describe(value)}")
     return value
 
 
@@ -347,7 +347,7 @@ def _array(value: Any, path: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Bad(path, f"expected an array, found {_describe(value)}")
+        raise _Malformed(path, f"expected an array, found {_describe(value)}")
     return value
 
 
@@ -355,7 +355,7 @@ def _text(value: Any, path: str, *, optional: bool = True) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        raise _Bad(path, f"expected a string, found {_describe(value)}")
+        raise _Malformed(path, f"expected a string, found {_describe(value)}")
     return value
 
 
@@ -363,22 +363,26 @@ def _snowflake(value: Any, path: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         value = str(value)
     if not isinstance(value, str) or not _SNOWFLAKE.fullmatch(value):
-        raise _Bad(path, f"expected a Discord id (a string of digits), found {_describe(value)}")
+        raise _Malformed(
+            path, f"expected a Discord id (a string of digits), found {_describe(value)}"
+        )
     return value
 
 
 def _timestamp(value: Any, path: str) -> float:
     if not isinstance(value, str):
-        raise _Bad(path, f"expected an ISO 8601 date and time, found {_describe(value)}")
+        raise _Malformed(path, f"expected an ISO 8601 date and time, found {_describe(value)}")
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise _Bad(path, f"expected an ISO 8601 date and time, found {value[:40]!r}") from None
+        raise _Malformed(
+            path, f"expected an ISO 8601 date and time, found {value[:40]!r}"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)  # the exporter always writes an offset
     at = moment.timestamp()
     if not 0 <= at < 1e11:
-        raise _Bad(path, f"the date {value[:40]!r} is out of range")
+        raise _Malformed(path, f"the date {value[:40]!r} is out of range")
     return at
 
 
@@ -386,7 +390,7 @@ def _bool(value: Any, path: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _Bad(path, f"expected true or false, found {_describe(value)}")
+        raise _Malformed(path, f"expected true or false, found {_describe(value)}")
     return value
 
 
@@ -464,7 +468,7 @@ def _message(value: Any, index: int, max_chars: int) -> _Parsed | str:
     message_id = _snowflake(_field(obj, "id", path), f"{path}.id")
     kind = obj.get("type", "Default")
     if not isinstance(kind, str | int) or isinstance(kind, bool):
-        raise _Bad(f"{path}.type", f"expected a message type name, found {_describe(kind)}")
+        raise _Malformed(f"{path}.type", f"expected a message type name, found {_describe(kind)}")
     at = _timestamp(_field(obj, "timestamp", path), f"{path}.timestamp")
     author = _author(_field(obj, "author", path), f"{path}.author")
     users = _mentions(obj.get("mentions"), f"{path}.mentions")
@@ -497,7 +501,7 @@ def _channel(header: Mapping[str, Any]) -> _Channel:
     channel_id = _snowflake(_field(channel, "id", "channel"), "channel.id")
     kind = channel.get("type")
     if kind is not None and not isinstance(kind, str | int):
-        raise _Bad("channel.type", f"expected a channel type name, found {_describe(kind)}")
+        raise _Malformed("channel.type", f"expected a channel type name, found {_describe(kind)}")
     kind = None if kind is None else str(kind)
     name = _text(channel.get("name"), "channel.name")
     server_id: str | None = None
@@ -564,7 +568,7 @@ def _messages(reader: _Text, tally: _Tally, max_chars: int) -> Iterator[_Parsed 
         tally.seen += 1
         try:
             parsed = _message(value, index, max_chars)
-        except _Bad as bad:
+        except _Malformed as bad:
             line, column = reader.location(start)
             raise ExportFormatError(
                 reader.name, bad.path, bad.problem, line=line, column=column
@@ -697,7 +701,7 @@ async def import_export_file(
         raise ExportFormatError(name, "channel", "missing (is this a JSON export?)")
     try:
         where = _channel(header)
-    except _Bad as bad:
+    except _Malformed as bad:
         line, column = header_at.get(bad.path.split(".")[0], (None, None))
         raise ExportFormatError(name, bad.path, bad.problem, line=line, column=column) from None
 

@@ -66,12 +66,12 @@ def _whole(value: object) -> object:
 
 # Integers in bounds; 5.0 counts, a JSON string or boolean does not. (The validator comes
 # after the bounds, so the document shows them as minimum and maximum.)
-_W = BeforeValidator(_whole)
-Cadence = Annotated[int, Field(strict=True, ge=1, le=100), _W]
-RawCount = Annotated[int, Field(strict=True, ge=1, le=1000), _W]
-Depth = Annotated[int, Field(strict=True, ge=0, le=20), _W]
-ContentDepth = Annotated[int, Field(strict=True, ge=-1, le=20), _W]
-Tokens = Annotated[int, Field(strict=True, ge=1, le=1_000_000), _W]
+_WHOLE = BeforeValidator(_whole)
+Cadence = Annotated[int, Field(strict=True, ge=1, le=100), _WHOLE]
+RawCount = Annotated[int, Field(strict=True, ge=1, le=1000), _WHOLE]
+Depth = Annotated[int, Field(strict=True, ge=0, le=20), _WHOLE]
+ContentDepth = Annotated[int, Field(strict=True, ge=-1, le=20), _WHOLE]
+Tokens = Annotated[int, Field(strict=True, ge=1, le=1_000_000), _WHOLE]
 
 
 def _slug_keys(schema: dict[str, Any]) -> None:

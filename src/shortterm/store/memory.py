@@ -38,7 +38,7 @@ from .base import Forgotten
 
 __all__ = ["MemoryStore"]
 
-Tup = tuple[str, str, str, str | None]
+KeyTuple = tuple[str, str, str, str | None]
 
 
 def _server_of(key: ScopeKey) -> str | None:
@@ -61,7 +61,7 @@ def _keep_known(old: ScopeMeta, new: ScopeMeta) -> ScopeMeta:
     )
 
 
-def _unindex(index: dict[Any, set[Tup]], name: Any, t: Tup) -> None:
+def _unindex(index: dict[Any, set[KeyTuple]], name: Any, t: KeyTuple) -> None:
     keys = index[name]
     keys.discard(t)
     if not keys:
@@ -70,14 +70,14 @@ def _unindex(index: dict[Any, set[Tup]], name: Any, t: Tup) -> None:
 
 class MemoryStore:
     def __init__(self) -> None:
-        self._rows: dict[Tup, ScopeRow] = {}
+        self._rows: dict[KeyTuple, ScopeRow] = {}
         # Secondary indexes keep owner and channel queries O(k), as the SQL indexes do.
-        self._by_owner: dict[tuple[str, str], set[Tup]] = {}
-        self._by_channel: dict[str, set[Tup]] = {}
+        self._by_owner: dict[tuple[str, str], set[KeyTuple]] = {}
+        self._by_channel: dict[str, set[KeyTuple]] = {}
         # The ids of servers owning rows, sorted, for keyset pages; and each row's creation
         # order (an SQL row id's twin), which breaks ties when picking a server's name.
         self._server_ids: list[str] = []
-        self._born: dict[Tup, int] = {}
+        self._born: dict[KeyTuple, int] = {}
         self._births = itertools.count()
         self._servers: dict[str, tuple[ServerSettings, float]] = {}
         self._users: dict[str, tuple[UserSettings, float]] = {}
@@ -278,7 +278,7 @@ class MemoryStore:
         if batch:
             yield batch
 
-    def _delete(self, doomed: Iterable[Tup]) -> int:
+    def _delete(self, doomed: Iterable[KeyTuple]) -> int:
         count = 0
         for t in list(doomed):
             if self._rows.pop(t, None) is None:
