@@ -52,6 +52,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from importlib import resources
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -88,287 +89,24 @@ _FAILED_IN_CALL: ContextVar[dict[int, str] | None] = ContextVar(
     "shortterm_redis_failed_in_call", default=None
 )
 
-# Shared Lua helpers. ARGV[1] is always the key prefix.
-_PRELUDE = """
-local P = ARGV[1]
 
-local function totals(result)
-  return {result, redis.call('GET', P .. 'n') or '0', redis.call('GET', P .. 'b') or '0'}
-end
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
-local function set_or_del(rk, field, value)
-  if value == '' then redis.call('HDEL', rk, field) else redis.call('HSET', rk, field, value) end
-end
 
--- Never shorten an index key's TTL: it must outlive every record it lists.
-local function extend(k, ms)
-  local cur = redis.call('PTTL', k)
-  if cur == -1 or (cur >= 0 and cur < ms) then redis.call('PEXPIRE', k, ms) end
-end
-
-local function set_authors(rk, member, old_json, new_json)
-  old_json = old_json or '[]'
-  if old_json == new_json then return end
-  local old, new = {}, {}
-  for _, a in ipairs(cjson.decode(old_json)) do old[a] = true end
-  for _, a in ipairs(cjson.decode(new_json)) do new[a] = true end
-  for a in pairs(old) do
-    if not new[a] then redis.call('SREM', P .. 'a:' .. a, member) end
-  end
-  for a in pairs(new) do
-    if not old[a] then redis.call('SADD', P .. 'a:' .. a, member) end
-  end
-  redis.call('HSET', rk, 'au', new_json)
-end
-
--- Recompute expiry, size, indexes and TTLs of a record after a change. The expiry is the
--- latest of the message and value expiries (strings written by Python, compared here), or
--- ``fallback`` for a record with no live values ('' keeps the stored expiry).
-local function finish(rk, member, now, fallback, margin_ms)
-  local f = redis.call('HMGET', rk, 'mexp', 'vexp', 'size', 'ok', 'ck', 'au', 'exp')
-  local best, bn = nil, nil
-  for i = 1, 2 do
-    if f[i] then
-      local n = tonumber(f[i])
-      if bn == nil or n > bn then best, bn = f[i], n end
-    end
-  end
-  if best == nil then
-    if fallback == '' then best = f[7] else best = fallback end
-    bn = tonumber(best)
-  end
-  local size = 200 + redis.call('HSTRLEN', rk, 'm') + redis.call('HSTRLEN', rk, 'd')
-    + redis.call('HSTRLEN', rk, 'meta')
-  redis.call('INCRBY', P .. 'b', size - (tonumber(f[3]) or 0))
-  redis.call('HSET', rk, 'exp', best, 'size', size)
-  redis.call('ZADD', P .. 'x', best, member)
-  redis.call('ZADD', f[4], now, member)
-  redis.call('SADD', f[5], member)
-  local ms = math.floor((bn - tonumber(now)) * 1000) + margin_ms
-  if ms < 1000 then ms = 1000 end
-  redis.call('PEXPIRE', rk, ms)
-  extend(f[4], ms)
-  extend(f[5], ms)
-  for _, a in ipairs(cjson.decode(f[6] or '[]')) do extend(P .. 'a:' .. a, ms) end
-end
-
-local function create(rk, ok, ck)
-  redis.call('HSET', rk, 'rev', '0', 'ok', ok, 'ck', ck, 'au', '[]')
-  redis.call('INCR', P .. 'n')
-end
-
--- The fence (see shortterm.fence): 'tb' maps each target to its newest forget, 'th' is the
--- newest forget recorded. A write that began at position `pos` is covered when one of its
--- targets was forgotten later. Returns true when covered.
-local function covered(pos_s, targets_json)
-  if pos_s == '' then return false end
-  local pos = tonumber(pos_s)
-  if tonumber(redis.call('GET', P .. 'th') or '0') <= pos then return false end
-  for _, t in ipairs(cjson.decode(targets_json)) do
-    local seq = redis.call('HGET', P .. 'tb', t)
-    if seq and tonumber(seq) > pos then return true end
-  end
-  return false
-end
-
-local function remove(member)
-  local rk = P .. 'e:' .. member
-  local f = redis.call('HMGET', rk, 'ok', 'ck', 'au', 'size')
-  redis.call('ZREM', P .. 'x', member)
-  if not f[1] then return 0 end
-  redis.call('ZREM', f[1], member)
-  redis.call('SREM', f[2], member)
-  for _, a in ipairs(cjson.decode(f[3] or '[]')) do redis.call('SREM', P .. 'a:' .. a, member) end
-  redis.call('DEL', rk)
-  redis.call('DECR', P .. 'n')
-  redis.call('DECRBY', P .. 'b', tonumber(f[4]) or 0)
-  return 1
-end
-"""
-
-# ARGV: P, member, ok, ck, row_rev ('' = no row), meta, d, vexp, m, mexp, au, now, fallback,
-# margin_ms, fence position ('' = none), targets, [[author, target], ...]. Returns -1 when the
-# fence covers the scope, -2 (and the authors) when authors of the messages were purged since
-# the write began: the caller drops their messages and calls again, so the write lands only in
-# a call whose every check passed.
-_CAPTURE = (
-    _PRELUDE
-    + """
-local member = ARGV[2]
-local rk = P .. 'e:' .. member
-if covered(ARGV[15], ARGV[16]) then return totals(-1) end
-if ARGV[15] ~= '' and tonumber(redis.call('GET', P .. 'th') or '0') > tonumber(ARGV[15]) then
-  local gone = {}
-  for _, pair in ipairs(cjson.decode(ARGV[17])) do
-    local seq = redis.call('HGET', P .. 'tb', pair[2])
-    if seq and tonumber(seq) > tonumber(ARGV[15]) then table.insert(gone, pair[1]) end
-  end
-  if #gone > 0 then
-    local t = totals(-2)
-    t[4] = cjson.encode(gone)
-    return t
-  end
-end
-local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta')
-local row_rev = ARGV[5]
-if row_rev ~= '' and cur[1] and tonumber(cur[1]) > tonumber(row_rev) then
-  return totals(0)  -- a newer write of this scope already landed
-end
-if not cur[1] then create(rk, ARGV[3], ARGV[4]) end
-if row_rev ~= '' then
-  redis.call('HSET', rk, 'rev', row_rev, 'd', ARGV[7])
-  set_or_del(rk, 'vexp', ARGV[8])
-end
-local meta = ARGV[6]
-if cur[3] and cjson.decode(cur[3])[5] == true then
-  local m = cjson.decode(meta)
-  if m[5] ~= true then m[5] = true; meta = cjson.encode(m) end  -- private is sticky
-end
-redis.call('HSET', rk, 'meta', meta, 'm', ARGV[9])
-set_or_del(rk, 'mexp', ARGV[10])
-set_authors(rk, member, cur[2], ARGV[11])
-finish(rk, member, ARGV[12], ARGV[13], tonumber(ARGV[14]))
-return totals(1)
-"""
-)
-
-# ARGV: P, member, ok, ck, rev, meta, d, vexp, now, fallback, margin_ms, fence position
-# ('' = none), targets
-_APPLY = (
-    _PRELUDE
-    + """
-local member = ARGV[2]
-local rk = P .. 'e:' .. member
-if covered(ARGV[12], ARGV[13]) then return totals(-1) end
-local cur = redis.call('HGET', rk, 'rev')
-if cur and tonumber(cur) >= tonumber(ARGV[5]) then return totals(0) end
-if not cur then create(rk, ARGV[3], ARGV[4]) end
-redis.call('HSET', rk, 'rev', ARGV[5], 'meta', ARGV[6], 'd', ARGV[7])
-set_or_del(rk, 'vexp', ARGV[8])
-finish(rk, member, ARGV[9], ARGV[10], tonumber(ARGV[11]))
-return totals(1)
-"""
-)
-
-# ARGV: P, seq, now, prune horizon, target... Records a forget's targets, then prunes the ones
-# older than the journal's retention.
-_RECORD_FORGET = """
-local P = ARGV[1]
-local seq = tonumber(ARGV[2])
-for i = 5, #ARGV do
-  local cur = redis.call('HGET', P .. 'tb', ARGV[i])
-  if not cur or tonumber(cur) < seq then redis.call('HSET', P .. 'tb', ARGV[i], ARGV[2]) end
-  redis.call('ZADD', P .. 'tl', ARGV[3], ARGV[2] .. ' ' .. ARGV[i])
-end
-if seq > tonumber(redis.call('GET', P .. 'th') or '0') then
-  redis.call('SET', P .. 'th', ARGV[2])
-end
-local old = redis.call('ZRANGEBYSCORE', P .. 'tl', '-inf', '(' .. ARGV[4], 'LIMIT', 0, 1000)
-for _, m in ipairs(old) do
-  local sp = string.find(m, ' ', 1, true)
-  local t = string.sub(m, sp + 1)
-  if redis.call('HGET', P .. 'tb', t) == string.sub(m, 1, sp - 1) then
-    redis.call('HDEL', P .. 'tb', t)
-  end
-  redis.call('ZREM', P .. 'tl', m)
-end
-return 1
-"""
-
-# ARGV: P, member
-_DELETE = _PRELUDE + "return totals(remove(ARGV[2]))"
-
-# ARGV: P, index key, 'z' (sorted set) or 's' (set), marker ('' = none)
-_DELETE_INDEX = (
-    _PRELUDE
-    + """
-local members
-if ARGV[3] == 'z' then members = redis.call('ZRANGE', ARGV[2], 0, -1)
-else members = redis.call('SMEMBERS', ARGV[2]) end
-local n = 0
-for _, member in ipairs(members) do n = n + remove(member) end
-redis.call('DEL', ARGV[2])
-if ARGV[4] ~= '' then redis.call('DEL', ARGV[4]) end
-return totals(n)
-"""
-)
-
-# ARGV: P, now, limit
-_SWEEP = (
-    _PRELUDE
-    + """
-local due = redis.call('ZRANGEBYSCORE', P .. 'x', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
-local now = tonumber(ARGV[2])
-local n = 0
-for _, member in ipairs(due) do
-  local exp = redis.call('HGET', P .. 'e:' .. member, 'exp')
-  if exp and tonumber(exp) > now then
-    redis.call('ZADD', P .. 'x', exp, member)
-  else
-    n = n + remove(member)
-  end
-end
-local t = totals(n)
-t[4] = #due
-return t
-"""
-)
-
-# ARGV: P, owner key, marker key. Returns marker, then (member, meta, d, m, exp) per record.
-_OWNER = (
-    _PRELUDE
-    + """
-local out = {redis.call('EXISTS', ARGV[3])}
-for _, member in ipairs(redis.call('ZRANGE', ARGV[2], 0, -1)) do
-  local f = redis.call('HMGET', P .. 'e:' .. member, 'meta', 'd', 'm', 'exp')
-  if f[1] then
-    table.insert(out, member)
-    table.insert(out, f[1])
-    table.insert(out, f[2] or '')
-    table.insert(out, f[3] or '')
-    table.insert(out, f[4])
-  else
-    redis.call('ZREM', ARGV[2], member)  -- its record outlived its safety TTL
-  end
-end
-return out
-"""
-)
-
-# ARGV: P, author key. Returns (member, m) per record listed under the author.
-_AUTHORED = (
-    _PRELUDE
-    + """
-local out = {}
-for _, member in ipairs(redis.call('SMEMBERS', ARGV[2])) do
-  local m = redis.call('HGET', P .. 'e:' .. member, 'm')
-  if m then
-    table.insert(out, member)
-    table.insert(out, m)
-  else
-    redis.call('SREM', ARGV[2], member)
-  end
-end
-return out
-"""
-)
-
-# ARGV: P, member, expected m, new m, mexp, au, now, margin_ms. Compare-and-set of the
-# messages: -1 when another writer changed them since they were read.
-_REWRITE = (
-    _PRELUDE
-    + """
-local member = ARGV[2]
-local rk = P .. 'e:' .. member
-local cur = redis.call('HMGET', rk, 'm', 'au')
-if cur[1] ~= ARGV[3] then return totals(-1) end
-redis.call('HSET', rk, 'm', ARGV[4])
-set_or_del(rk, 'mexp', ARGV[5])
-set_authors(rk, member, cur[2], ARGV[6])
-finish(rk, member, ARGV[7], '', tonumber(ARGV[8]))
-return totals(1)
-"""
-)
+# The Lua scripts live in lua/, read once at import. Every one but record_forget starts with
+# the shared helpers of prelude.lua; ARGV[1] is always the key prefix, and each file says what
+# the rest of its ARGV is and what it returns.
+_PRELUDE = _lua("prelude")
+_CAPTURE = _PRELUDE + _lua("capture")
+_APPLY = _PRELUDE + _lua("apply")
+_DELETE = _PRELUDE + _lua("delete")
+_DELETE_INDEX = _PRELUDE + _lua("delete_index")
+_SWEEP = _PRELUDE + _lua("sweep")
+_OWNER = _PRELUDE + _lua("owner")
+_AUTHORED = _PRELUDE + _lua("authored")
+_REWRITE = _PRELUDE + _lua("rewrite")
+_RECORD_FORGET = _lua("record_forget")
 
 
 def _dumps(obj: object) -> str:

@@ -1,0 +1,2 @@
+-- ARGV: P, member
+return totals(remove(ARGV[2]))
