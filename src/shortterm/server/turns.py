@@ -28,6 +28,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import StoreUnavailable
@@ -161,79 +162,18 @@ class TurnRegistry:
 
 # -- shared through Redis -----------------------------------------------------------------------
 
-# KEYS[1] the turn's hash, KEYS[2] the index; ARGV: id, args, expiry, now, max_turns, ttl_ms,
-# the hash prefix. Drops expired ids (a batch), evicts the least recently used beyond
-# max_turns (uses at the same clock reading go in id order), then adds the turn. Answers
-# {expired, evicted, live}.
-_ADD = """
-local expired = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4], 'LIMIT', 0, 100)) do
-  redis.call('DEL', ARGV[7] .. id)
-  redis.call('ZREM', KEYS[2], id)
-  expired = expired + 1
-end
-local evicted = 0
-while redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) do
-  local oldest = redis.call('ZPOPMIN', KEYS[2])
-  redis.call('DEL', ARGV[7] .. oldest[1])
-  evicted = evicted + 1
-end
-redis.call('HSET', KEYS[1], 'args', ARGV[2], 'exp', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return {expired, evicted, redis.call('ZCARD', KEYS[2])}
-"""
 
-# KEYS as above; ARGV: id, now, new expiry, ttl_ms, claim ('1': claim the capture). Answers
-# false for a missing or expired turn, 'capturing' when the claim is taken, else
-# {args, upgrade state}; the expiry moves forward.
-_GET = """
-local v = redis.call('HMGET', KEYS[1], 'args', 'exp', 'upgrade', 'capture')
-if not v[1] then return false end
-if tonumber(v[2]) <= tonumber(ARGV[2]) then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  return false
-end
-if ARGV[5] == '1' then
-  if v[4] then return 'capturing' end
-  redis.call('HSET', KEYS[1], 'capture', '1')
-end
-redis.call('HSET', KEYS[1], 'exp', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[1])
-return {v[1], v[3] or ''}
-"""
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
-# KEYS[1] the turn's hash. The one-upgrade guard: 'ok' (this call may write), 'done',
-# 'busy' (another call is writing) or 'gone' (the turn ended).
-_CLAIM = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'gone' end
-local state = redis.call('HGET', KEYS[1], 'upgrade')
-if state then return state end
-redis.call('HSET', KEYS[1], 'upgrade', 'busy')
-return 'ok'
-"""
 
-# KEYS[1] the turn's hash; ARGV[1] '1' when the upgrade landed. Never recreates an ended turn.
-_SETTLE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'upgrade', 'done')
-else redis.call('HDEL', KEYS[1], 'upgrade') end
-return 1
-"""
-
-# KEYS as above; ARGV[1] the id, ARGV[2] '1' when captured (the turn ends) or '0' (the claim
-# is given back).
-_END = """
-if ARGV[2] == '1' then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-else
-  redis.call('HDEL', KEYS[1], 'capture')
-end
-return 1
-"""
+# The registry's Lua scripts live in lua/ (read once, at import); each file says its KEYS and
+# ARGV and what it answers.
+_ADD = _lua("turn_add")
+_GET = _lua("turn_get")
+_CLAIM = _lua("turn_claim")  # the one-upgrade guard
+_SETTLE = _lua("turn_settle")
+_END = _lua("turn_end")
 
 _ARGS = (
     "user_id",

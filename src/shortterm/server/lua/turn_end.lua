@@ -1,0 +1,9 @@
+-- KEYS as above; ARGV[1] the id, ARGV[2] '1' when captured (the turn ends) or '0' (the claim
+-- is given back).
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+else
+  redis.call('HDEL', KEYS[1], 'capture')
+end
+return 1
