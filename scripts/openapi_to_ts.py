@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +29,9 @@ HEADER = """\
 
 
 def document() -> dict[str, Any]:
-    import shortterm
-    from shortterm.cache.inprocess import InProcessCache
-    from shortterm.config import Config
-    from shortterm.server import create_app
-    from shortterm.store.memory import MemoryStore
+    from shortterm.server import openapi_document
 
-    config = Config()
-    cache = InProcessCache(
-        crude_ttl_s=config.crude_ttl_s,
-        summary_ttl_s=config.summary_ttl_s,
-        max_entries=config.max_entries,
-        max_bytes=config.max_bytes,
-    )
-    unopened = shortterm.Memory(store=MemoryStore(), cache=cache, config=config, clock=time.time)
-    doc: dict[str, Any] = create_app(unopened).openapi()
-    return doc
+    return openapi_document()
 
 
 def _literal(value: object) -> str:

@@ -10,7 +10,6 @@ module.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 import shortterm
-from shortterm.cache.inprocess import InProcessCache
 from shortterm.config import Config
-from shortterm.server import SidecarSettings, create_app
-from shortterm.store.memory import MemoryStore
+from shortterm.server import SidecarSettings, openapi_document
 from tests.server.conftest import TOKEN
 from tests.server.live import serving_in_thread
 
@@ -34,19 +31,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SETTINGS = SidecarSettings(token=TOKEN)
 
 
-def _document() -> dict[str, Any]:
-    config = Config()
-    cache = InProcessCache(
-        crude_ttl_s=config.crude_ttl_s,
-        summary_ttl_s=config.summary_ttl_s,
-        max_entries=config.max_entries,
-        max_bytes=config.max_bytes,
-    )
-    unopened = shortterm.Memory(store=MemoryStore(), cache=cache, config=config, clock=time.time)
-    return create_app(unopened, SETTINGS).openapi()
-
-
-schema = schemathesis.openapi.from_dict(_document())
+schema = schemathesis.openapi.from_dict(openapi_document(SETTINGS))
 
 
 @pytest.fixture(scope="module")

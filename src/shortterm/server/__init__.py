@@ -25,9 +25,16 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - the dev install has the extra
     raise ExtraMissing("server", exc.name or "fastapi") from exc
 
-from .app import create_app
+from .app import create_app, openapi_document
 from .quickstart import quickstart_lines
 from .run import serve
 from .settings import SidecarSettings, is_loopback
 
-__all__ = ["SidecarSettings", "create_app", "is_loopback", "quickstart_lines", "serve"]
+__all__ = [
+    "SidecarSettings",
+    "create_app",
+    "is_loopback",
+    "openapi_document",
+    "quickstart_lines",
+    "serve",
+]

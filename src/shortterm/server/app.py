@@ -55,7 +55,7 @@ from .schemas import (
 from .settings import SidecarSettings
 from .turns import RedisTurnRegistry, TurnRegistry, Turns
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "openapi_document"]
 
 DESCRIPTION = """\
 Working memory for chat bots over HTTP: the `shortterm` library, one route per call.
@@ -626,3 +626,19 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.add_middleware(RequestShape)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+def openapi_document(settings: SidecarSettings | None = None) -> dict[str, Any]:
+    """The sidecar's OpenAPI document, built from an app over a memory that is never opened
+    (building it touches no backend): for generated clients and schema tests."""
+    import time
+
+    from ..backends import make_cache
+    from ..store.memory import MemoryStore
+
+    config = Config()
+    unopened = Memory(
+        store=MemoryStore(), cache=make_cache("memory://", config), config=config, clock=time.time
+    )
+    doc: dict[str, Any] = create_app(unopened, settings).openapi()
+    return doc
