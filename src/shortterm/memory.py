@@ -199,7 +199,7 @@ class Memory:
 
     async def _follow(self) -> bool:
         """Apply what other processes journaled since our position. Costs a cheap check
-        (SQLite ``data_version``, a PostgreSQL NOTIFY flag) unless something moved. Returns
+        (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns
         False when the durable tier is failing: nothing is read then (a call waits for a dead
         server once, not twice), our position stays, and a write fenced at it can only be
         dropped too often, never resurrect anything; the journal is read once it is back."""
