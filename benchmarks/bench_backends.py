@@ -37,9 +37,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from shortterm.cache.base import HotTier
 from shortterm.cache.inprocess import InProcessCache
-from shortterm.config import Config
-from shortterm.fence import WriteFence
 from shortterm.model import Message, ScopeKey
+from shortterm.model.config import Config
+from shortterm.model.fence import WriteFence
 from shortterm.store.base import DistilledWrite, ScopeMeta, Store
 from shortterm.store.sqlite import SQLiteStore
 

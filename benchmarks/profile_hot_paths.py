@@ -18,8 +18,8 @@ from pyinstrument import Profiler
 
 from shortterm.bench.core import T0, Workload
 from shortterm.cache.inprocess import InProcessCache
-from shortterm.config import Config
-from shortterm.memory import Memory
+from shortterm.memory.facade import Memory
+from shortterm.model.config import Config
 from shortterm.store.sqlite import SQLiteStore
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "profiles"

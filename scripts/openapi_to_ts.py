@@ -29,7 +29,7 @@ HEADER = """\
 
 
 def document() -> dict[str, Any]:
-    from shortterm.server import openapi_document
+    from shortterm.sidecar import openapi_document
 
     return openapi_document()
 

@@ -17,9 +17,9 @@ import pytest
 import shortterm
 from shortterm.cache.base import HotTier
 from shortterm.cache.inprocess import InProcessCache
-from shortterm.config import Config
+from shortterm.model.config import Config
 from shortterm.store.base import Store
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
 from tests.support import (
     CacheFactory,
@@ -47,7 +47,7 @@ async def store_factory(
 ) -> AsyncIterator[StoreFactory]:
     """Opens (migrated) stores of one backend that all share the same durable state."""
     opened: list[Store] = []
-    shared = MemoryStore()
+    shared = ReferenceStore()
     pg_url = ""
     schema = f"t_{uuid.uuid4().hex[:16]}"  # one schema per test, shared by its stores
     if request.param == "postgres":

@@ -22,7 +22,7 @@ import psycopg
 import redis.asyncio as aioredis
 
 import shortterm
-from shortterm.fence import WriteFence
+from shortterm.model.fence import WriteFence
 
 TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("token", default=None)
 

@@ -269,7 +269,7 @@ def test_a_bad_url_exits_2(tmp_path: Path) -> None:
 
 
 def test_a_missing_extra_exits_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "shortterm.mcp_server", raising=False)
+    monkeypatch.delitem(sys.modules, "shortterm.integrations.mcp", raising=False)
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an absent package looks like
     result = run("mcp", "--store", f"sqlite:///{tmp_path / 'x.db'}")
     assert result.exit_code == 4

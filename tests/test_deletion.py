@@ -9,7 +9,7 @@ import pytest
 import shortterm
 from shortterm import Config, Message, Privacy, Reply, ScopeKey, StoreUnavailable, UserSettings
 from shortterm.store.base import Forgotten
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
 from tests.support import FakeClock
 
@@ -97,7 +97,7 @@ async def test_janitor_and_sweep(db_url: str, clock: FakeClock) -> None:
         assert await memory.janitor() == 0  # 90 days by default
 
 
-class FailingStore(MemoryStore):
+class FailingStore(ReferenceStore):
     fail = False
 
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
@@ -152,7 +152,7 @@ def _read_all(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in folder.iterdir()}
 
 
-class SlowTouchStore(MemoryStore):
+class SlowTouchStore(ReferenceStore):
     """A store whose capture write yields to the loop, as a networked store does."""
 
     async def touch(self, scopes, *, increment, now, fence=None):  # type: ignore[no-untyped-def]

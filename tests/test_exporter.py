@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shortterm
-from shortterm.integrations import exporter
-from shortterm.integrations.exporter import (
+from shortterm.integrations import chat_exporter as exporter
+from shortterm.integrations.chat_exporter import (
     ExportFormatError,
     ImportProgress,
     import_export_file,
@@ -694,7 +694,7 @@ async def test_the_rich_progress_bar_shows_bytes_and_messages(
 ) -> None:
     from rich.console import Console
 
-    from shortterm.integrations.exporter import progress_bar
+    from shortterm.integrations.chat_exporter import progress_bar
 
     path = write(tmp_path, export([message(i, ANA, "x" * 500) for i in range(300)]))
     console = Console(file=io.StringIO(), width=120, force_terminal=False)

@@ -11,13 +11,13 @@ import psycopg
 import pytest
 
 import shortterm
-from shortterm.errors import ConfigError, StoreUnavailable
 from shortterm.model import Category, ScopeKey, ServerSettings
+from shortterm.model.errors import ConfigError, StoreUnavailable
+from shortterm.model.text import clean_text
 from shortterm.store import migrations
 from shortterm.store.base import DistilledWrite, ScopeMeta
-from shortterm.store.memory import MemoryStore
 from shortterm.store.postgres import PostgresStore
-from shortterm.text import clean_text
+from shortterm.store.reference import ReferenceStore
 from tests.support import T0, FakeClock, drop_postgres_schema, service_url, with_query
 
 S = ScopeKey.server("g1", "c1", "p1")
@@ -236,7 +236,7 @@ async def test_the_facade_runs_on_postgres(pg_url: str, schema: str) -> None:
 
 async def test_a_scope_given_twice_is_applied_twice_in_order(pg_url: str, schema: str) -> None:
     store = PostgresStore.from_url(pg_url, schema=schema)
-    reference = MemoryStore()
+    reference = ReferenceStore()
     try:
         await store.migrate()
         for s in (store, reference):

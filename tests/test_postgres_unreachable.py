@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import shortterm
-from shortterm.errors import StoreUnavailable
+from shortterm.model.errors import StoreUnavailable
 
 
 def closed_port() -> int:

@@ -14,10 +14,10 @@ import shortterm
 from shortterm import Message, Reply, ScopeKey
 from shortterm.cache.inprocess import InProcessCache
 from shortterm.model import Entry
+from shortterm.model.text import clean_text, truncate
 from shortterm.store.base import DistilledWrite, ScopeMeta
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
-from shortterm.text import clean_text, truncate
 from tests.support import T0, FakeClock
 
 ids = st.sampled_from(["a", "b", "c", "0", "x:y"])
@@ -58,7 +58,7 @@ class HotTierBounds(RuleBasedStateMachine):
     def summary(self, owner: str, channel: str, text: str) -> None:
         key = ScopeKey.server(owner, channel)
         rows = self.run(
-            MemoryStore().write_distilled(
+            ReferenceStore().write_distilled(
                 [(key, META)],
                 DistilledWrite(summary=text, set_summary=True),
                 reset_counter=None,
@@ -144,7 +144,7 @@ def test_sqlite_round_trips_what_memory_store_holds(
         with tempfile.TemporaryDirectory() as tmp:
             sqlite = SQLiteStore(Path(tmp) / "p.db")
             await sqlite.migrate()
-            ref = MemoryStore()
+            ref = ReferenceStore()
             key = ScopeKey.user(owner, "c")
             change = DistilledWrite(
                 summary=clean_text(summary),

@@ -14,11 +14,11 @@ import redis.asyncio as aioredis
 
 import shortterm
 from shortterm.cache.redis import RedisCache
-from shortterm.config import Config
-from shortterm.errors import ConfigError, StoreUnavailable
 from shortterm.model import Message, ScopeKey
+from shortterm.model.config import Config
+from shortterm.model.errors import ConfigError, StoreUnavailable
 from shortterm.store.base import DistilledWrite, ScopeMeta
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from tests.support import T0, FakeClock, clear_redis_prefix, service_url, with_query
 
 META = ScopeMeta(server_id="g1", channel_name="general")
@@ -71,7 +71,7 @@ async def open_cache(redis_url: str, prefix: str) -> AsyncIterator[Opener]:
 
 async def test_instances_on_one_prefix_share_state_and_revisions(open_cache: Opener) -> None:
     one, two = await open_cache(), await open_cache()
-    store = MemoryStore()
+    store = ReferenceStore()
     [old] = await store.touch([(S, META)], increment=S, now=T0)
     [new] = await store.touch([(S, META)], increment=S, now=T0 + 1)
     await one.capture(S, msgs("newer"), META, new, T0 + 1)
@@ -175,7 +175,7 @@ async def test_records_lost_behind_our_back_leave_no_ghosts(
 async def test_summary_rows_mirror_and_expire_on_their_own_clock(open_cache: Opener) -> None:
     cache = await open_cache(summary_ttl_s=1000, crude_ttl_s=100)
     change = DistilledWrite(summary="plan", set_summary=True, categories={"mood": "calm"})
-    rows = await MemoryStore().write_distilled([(S, META)], change, reset_counter=None, now=T0)
+    rows = await ReferenceStore().write_distilled([(S, META)], change, reset_counter=None, now=T0)
     await cache.apply_rows(rows * 3, T0)  # a pipelined batch; repeats are no-ops
     await cache.capture(S, msgs("m"), META, None, T0 + 950)
     entry = await cache.get(S, T0 + 999)

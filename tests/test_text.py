@@ -14,7 +14,7 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shortterm.text import clean_text, is_boundary, strip_controls, truncate
+from shortterm.model.text import clean_text, is_boundary, strip_controls, truncate
 
 
 def boundaries(text: str) -> set[int]:

@@ -15,9 +15,9 @@ import pytest
 import shortterm
 from shortterm import Category, Message, Privacy, Reply, ServerSettings, ToolResult
 from shortterm.cache.inprocess import InProcessCache
-from shortterm.fence import WriteFence
+from shortterm.model.fence import WriteFence
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from shortterm.tool import texts
 
 TOOL = "update_short_term_memory"
@@ -149,7 +149,7 @@ async def test_parallel_calls_on_one_turn_write_once(memory: shortterm.Memory) -
     assert memory.stats()["upgrades"] == 1
 
 
-class SlowStore(MemoryStore):
+class SlowStore(ReferenceStore):
     """Yields to the loop mid-write, as a networked store would."""
 
     async def write_distilled(self, *args: Any, **kwargs: Any) -> list[ScopeRow]:
@@ -473,7 +473,7 @@ async def test_a_store_failing_on_the_second_scope_writes_neither(
     assert durable_rows(db)[("user", "111")][0] == "now it lands"
 
 
-class SecondScopeFails(MemoryStore):
+class SecondScopeFails(ReferenceStore):
     """Fails while preparing the second scope's row, like a constraint error mid-transaction."""
 
     def __init__(self) -> None:

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import shortterm
 from shortterm import ScopeKey, StoreUnavailable
 from shortterm.store.base import ScopeMeta, ScopeRow
-from shortterm.store.memory import MemoryStore
-from shortterm.transfer import (
+from shortterm.store.reference import ReferenceStore
+from shortterm.transfer.rows import (
     LineError,
     MalformedFile,
     dump_row,
@@ -113,7 +113,7 @@ async def test_export_with_filters_and_to_a_stream(source: shortterm.Memory) -> 
 
 
 async def test_a_failed_export_leaves_no_file(tmp_path: Path, clock: FakeClock) -> None:
-    class Failing(MemoryStore):
+    class Failing(ReferenceStore):
         async def iter_rows(self, *, batch_rows: int):  # type: ignore[no-untyped-def,override]
             yield [_rows()[0]]
             raise StoreUnavailable("the store went away")
@@ -203,7 +203,7 @@ async def test_dry_run_stdin_stream_blank_lines_and_capping(clock: FakeClock) ->
 async def test_a_store_failure_midway_says_a_rerun_completes_it(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    class FailsSecondBatch(MemoryStore):
+    class FailsSecondBatch(ReferenceStore):
         calls = 0
 
         async def put_rows(self, rows: Any, *, fence: Any = None) -> list[ScopeRow]:
@@ -268,7 +268,7 @@ def test_every_row_survives_a_round_trip(
     turns: int,
     name: str | None,
 ) -> None:
-    from shortterm.text import clean_text
+    from shortterm.model.text import clean_text
 
     summary = None if summary is None else clean_text(summary)
     categories = {k: clean_text(v) for k, v in categories.items()}

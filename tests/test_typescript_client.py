@@ -22,7 +22,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.server.live import sidecar_process
+from tests.sidecar.live import sidecar_process
 from tests.test_example_tool_loop import SUMMARY, ScriptedModel, text, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent

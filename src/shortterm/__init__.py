@@ -7,11 +7,8 @@
         await turn.capture(history=[...], replies=[shortterm.Reply("hi!")])
 """
 
-from .config import Config
-from .context import Context, ContextItem
-from .errors import ConfigError, ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
-from .inject import inject
-from .memory import Memory, open
+from .memory.facade import Memory, open
+from .memory.turn import Turn
 from .model import (
     Category,
     Entry,
@@ -23,8 +20,11 @@ from .model import (
     ServerSummary,
     UserSettings,
 )
+from .model.config import Config
+from .model.errors import ConfigError, ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
+from .prompt.context import Context, ContextItem
+from .prompt.inject import inject
 from .tool import ToolResult
-from .turn import Turn
 
 __version__ = "0.1.0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shortterm.model import Message, ScopeKey
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
-from shortterm.store.memory import MemoryStore
+from shortterm.store.reference import ReferenceStore
 from tests.support import T0, CacheFactory
 
 META = ScopeMeta(server_id="g1", channel_name="general", persona_lineage_id="L1")
@@ -18,7 +18,7 @@ def msgs(*texts: str, author: str = "u1") -> tuple[Message, ...]:
 
 
 async def summary_row(key: ScopeKey, text: str, now: float) -> ScopeRow:
-    store = MemoryStore()
+    store = ReferenceStore()
     change = DistilledWrite(summary=text, set_summary=True)
     [row] = await store.write_distilled([(key, META)], change, reset_counter=None, now=now)
     return row
@@ -54,7 +54,7 @@ async def test_capture_replaces_messages_and_keeps_the_mirrored_summary(
 
 async def test_older_revisions_never_overwrite_newer_ones(cache_factory: CacheFactory) -> None:
     cache = await cache_factory()
-    store = MemoryStore()
+    store = ReferenceStore()
     [old] = await store.touch([(S, META)], increment=S, now=T0)
     [new] = await store.touch([(S, META)], increment=S, now=T0 + 1)
     await cache.capture(S, msgs("newer"), META, new, T0 + 1)
@@ -91,7 +91,7 @@ async def test_summary_expires_by_its_own_write_time_not_by_captures(
 
 async def test_categories_expire_on_the_summary_clock(cache_factory: CacheFactory) -> None:
     cache = await cache_factory(crude_ttl_s=12 * 3600, summary_ttl_s=24 * 3600)
-    store = MemoryStore()
+    store = ReferenceStore()
     change = DistilledWrite(categories={"mood": "calm"})
     rows = await store.write_distilled([(S, META)], change, reset_counter=None, now=T0)
     await cache.apply_rows(rows, T0)
@@ -102,7 +102,7 @@ async def test_categories_expire_on_the_summary_clock(cache_factory: CacheFactor
 
 async def test_counter_only_records_are_cached_but_not_live(cache_factory: CacheFactory) -> None:
     cache = await cache_factory()
-    [row] = await MemoryStore().touch([(S, META)], increment=S, now=T0)
+    [row] = await ReferenceStore().touch([(S, META)], increment=S, now=T0)
     await cache.apply_rows([row], T0)
     assert await cache.get(S, T0) is None
     assert await cache.counter(S, T0) == 1

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from shortterm.model import Category, Privacy, ScopeKey, ServerSettings, UserSettings
+from shortterm.model.text import clean_text
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
-from shortterm.text import clean_text
 from tests.support import T0, StoreFactory
 
 GUILD = ScopeMeta(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shortterm.reltime import relative_time
+from shortterm.prompt.reltime import relative_time
 
 NOW = 1_800_000_000.0
 

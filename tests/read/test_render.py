@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shortterm import Category, Entry, Message, ScopeKey, ServerSettings
-from shortterm.placeholders import sanitize_placeholders
-from shortterm.render import (
+from shortterm.prompt.placeholders import sanitize_placeholders
+from shortterm.prompt.render import (
     CATEGORY_NUDGE,
     END,
     HEADER_CLOSE,

@@ -20,7 +20,7 @@ from typing import Any
 
 import shortterm
 from shortterm import Message, Privacy, Reply, UserSettings
-from shortterm.fence import WriteFence
+from shortterm.model.fence import WriteFence
 from shortterm.tool import texts
 from tests.fence_support import TOKEN, Jitter, Seen, with_token
 from tests.workers import serve

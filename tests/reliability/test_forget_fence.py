@@ -24,7 +24,7 @@ from urllib.parse import quote
 import pytest
 
 import shortterm
-from shortterm.fence import WriteFence
+from shortterm.model.fence import WriteFence
 from shortterm.tool import texts
 from tests.fence_support import Jitter, Seen, found_in, raw_contents, with_token
 from tests.support import clear_redis_prefix, drop_postgres_schema, service_url, with_query

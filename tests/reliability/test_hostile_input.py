@@ -29,7 +29,7 @@ from shortterm import (
     ServerSettings,
     UserSettings,
 )
-from shortterm.render import END, HEADER_CLOSE, HEADER_OPEN, QUOTE
+from shortterm.prompt.render import END, HEADER_CLOSE, HEADER_OPEN, QUOTE
 from shortterm.tool import texts
 
 MARKERS = [

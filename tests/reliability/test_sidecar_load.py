@@ -19,9 +19,9 @@ import httpx
 
 import shortterm
 from shortterm import ScopeKey
-from shortterm.server import SidecarSettings, create_app
+from shortterm.sidecar import SidecarSettings, create_app
 from shortterm.store.sqlite import SQLiteStore
-from tests.server.live import serving
+from tests.sidecar.live import serving
 
 CLIENTS = 16
 SECONDS = 3.0

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.inprocess import InProcessCache
-from ..config import Config
-from ..memory import open as open_memory
+from ..memory.facade import open as open_memory
 from ..model import Message, ScopeKey, ScopeMeta
+from ..model.config import Config
 from ..store.sqlite import SQLiteStore
 from .core import T0, Floor, Workload, peak_rss_mb
 from .report import Timing, summarize

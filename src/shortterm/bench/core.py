@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.inprocess import InProcessCache
-from ..config import Config
-from ..memory import Memory
-from ..memory import open as open_memory
+from ..memory.facade import Memory
+from ..memory.facade import open as open_memory
 from ..model import Message, Reply, ScopeKey, ScopeMeta
-from ..store.memory import MemoryStore
+from ..model.config import Config
+from ..store.reference import ReferenceStore
 from ..store.sqlite import SQLiteStore
 from .report import Timing, machine, summarize
 
@@ -188,7 +188,7 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     sqlite_store = SQLiteStore(tmp / f"bench-{live}.db")
     await sqlite_store.migrate()
     on_sqlite = Memory(store=sqlite_store, cache=cache, config=cfg, clock=clock)
-    in_memory = Memory(store=MemoryStore(), cache=cache, config=cfg, clock=clock)
+    in_memory = Memory(store=ReferenceStore(), cache=cache, config=cfg, clock=clock)
     cache.set_complete(True)
 
     turns = [work.turn() for _ in range(ops)]

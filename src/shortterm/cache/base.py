@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from ..fence import WriteFence
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model.fence import WriteFence
 
 __all__ = ["HotTier"]
 

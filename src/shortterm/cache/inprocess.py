@@ -18,8 +18,8 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from ..fence import JOURNAL_RETENTION_S, WriteFence, scope_targets, user_target
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model.fence import JOURNAL_RETENTION_S, WriteFence, scope_targets, user_target
 
 __all__ = ["InProcessCache"]
 

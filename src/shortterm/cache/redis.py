@@ -63,10 +63,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..config import Config
-from ..errors import ConfigError, StoreUnavailable
-from ..fence import JOURNAL_RETENTION_S, WriteFence, author_targets, scope_targets
 from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model.config import Config
+from ..model.errors import ConfigError, StoreUnavailable
+from ..model.fence import JOURNAL_RETENTION_S, WriteFence, author_targets, scope_targets
 
 __all__ = ["RedisCache"]
 

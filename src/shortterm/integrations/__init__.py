@@ -4,6 +4,6 @@ Each submodule is imported on its own and never by ``import shortterm``:
 
 - :mod:`shortterm.integrations.discord`: discord.py helpers (message conversion, turn
   arguments, a cog with ``/refresh`` and ``/memory``); needs ``pip install 'shortterm[discord]'``.
-- :mod:`shortterm.integrations.exporter`: warm a channel's memory from a DiscordChatExporter
+- :mod:`shortterm.integrations.chat_exporter`: warm a channel's memory from a DiscordChatExporter
   JSON file; plain Python, no extra needed.
 """

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from ..text import strip_controls, truncate
+from ..model.text import strip_controls, truncate
 
 __all__ = [
     "MAX_NAME_CHARS",

@@ -2,7 +2,7 @@
 
 ::
 
-    from shortterm.integrations.discord import MemoryCog, convert_history, turn_kwargs
+    from .discord import MemoryCog, convert_history, turn_kwargs
 
     history = convert_history([*earlier, message], bot_id=bot.user.id)
     turn = memory.turn(**turn_kwargs(message, provider="openai"))
@@ -28,7 +28,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from ..errors import ExtraMissing, StoreUnavailable
+from ..model.errors import ExtraMissing, StoreUnavailable
 
 try:
     import discord
@@ -37,10 +37,10 @@ try:
 except ImportError as exc:
     raise ExtraMissing("discord", "discord.py") from exc
 
-from ..memory import Memory
+from ..memory.facade import Memory
 from ..model import Entry, Message, ScopeKey
-from ..reltime import relative_time
-from ..text import strip_controls, truncate
+from ..model.text import strip_controls, truncate
+from ..prompt.reltime import relative_time
 from ..tool.slug import slug_map
 from ._markup import clean_name, compose, embed_note, resolve_markup, sticker_note
 

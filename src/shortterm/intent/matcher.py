@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
+from ..model.errors import ConfigError
 from .packs import Pack
 
 __all__ = ["Matcher", "compile_packs", "is_cjk", "normalize", "validate_packs"]

@@ -2,12 +2,12 @@
 
 from ..model import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
 from .base import Store
-from .memory import MemoryStore
+from .reference import ReferenceStore
 from .sqlite import SQLiteStore
 
 __all__ = [
     "DistilledWrite",
-    "MemoryStore",
+    "ReferenceStore",
     "SQLiteStore",
     "ScopeMeta",
     "ScopeRow",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol
 
-from ..fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 from ..model import (
     DistilledWrite,
     ScopeKey,
@@ -22,6 +21,7 @@ from ..model import (
     ServerSummary,
     UserSettings,
 )
+from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 
 # The row types live in the model (the tiers share them without importing each other);
 # they are re-exported here, where they were first defined.

@@ -8,7 +8,8 @@ at all. Counters and category merges are computed by the server inside the upser
 processes never lose an update.
 
 PostgreSQL refuses NUL in ``text`` and ``jsonb``: every string is passed through
-:func:`shortterm.text.clean_text` (NUL becomes U+FFFD) before it is sent, JSON values included.
+:func:`shortterm.model.text.clean_text` (NUL becomes U+FFFD) before it is sent, JSON values
+included.
 
 A dropped connection fails the operation in flight with ``StoreUnavailable`` (it is never
 retried: a write whose commit was not confirmed must not be applied twice); the pool then
@@ -49,16 +50,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import ConfigError, StoreUnavailable
-from ..fence import (
-    JournalEntry,
-    WriteFence,
-    channel_target,
-    private_target,
-    scope_targets,
-    server_channel_target,
-    user_target,
-)
 from ..model import (
     Category,
     DistilledWrite,
@@ -71,7 +62,17 @@ from ..model import (
     ServerSummary,
     UserSettings,
 )
-from ..text import clean_text
+from ..model.errors import ConfigError, StoreUnavailable
+from ..model.fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
+)
+from ..model.text import clean_text
 from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
 

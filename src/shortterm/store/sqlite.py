@@ -22,16 +22,6 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import ConfigError, StoreUnavailable
-from ..fence import (
-    JournalEntry,
-    WriteFence,
-    channel_target,
-    private_target,
-    scope_targets,
-    server_channel_target,
-    user_target,
-)
 from ..model import (
     Category,
     DistilledWrite,
@@ -44,6 +34,16 @@ from ..model import (
     ServerSummary,
     UserSettings,
     merge_categories,
+)
+from ..model.errors import ConfigError, StoreUnavailable
+from ..model.fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
 )
 from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten

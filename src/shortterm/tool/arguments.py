@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import DistilledWrite
-from ..placeholders import sanitize_placeholders
-from ..text import strip_controls, truncate
+from ..model.text import strip_controls, truncate
+from ..prompt.placeholders import sanitize_placeholders
 from . import texts
 
 __all__ = ["Refused", "clean_note", "max_argument_chars", "parse_arguments"]

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import InvalidInput
 from ..model import Category, ServerSettings
-from ..placeholders import IDENTITY_PLACEHOLDERS, expand_identity, sanitize_placeholders
-from ..text import strip_controls, truncate
+from ..model.errors import InvalidInput
+from ..model.text import strip_controls, truncate
+from ..prompt.placeholders import IDENTITY_PLACEHOLDERS, expand_identity, sanitize_placeholders
 from . import texts
 from .slug import slug_map
 

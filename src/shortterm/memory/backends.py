@@ -1,0 +1,71 @@
+"""Choosing backends by URL. Heavy drivers are imported only when their URL is used."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from ..cache.base import HotTier
+from ..cache.inprocess import InProcessCache
+from ..model.config import Config
+from ..model.errors import ConfigError, ExtraMissing
+from ..store.base import Store
+from ..store.reference import ReferenceStore
+from ..store.sqlite import SQLiteStore
+
+__all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store", "shown_url"]
+
+DEFAULT_STORE_URL = "sqlite:///shortterm.db"
+
+
+def _scheme(url: str, what: str) -> str:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"{what}={url!r} is not a URL (for example sqlite:///shortterm.db)")
+    return urlsplit(url).scheme.lower()
+
+
+def make_store(url: str) -> Store:
+    scheme = _scheme(url, "store")
+    if scheme == "memory":
+        return ReferenceStore()
+    if scheme == "sqlite":
+        return SQLiteStore.from_url(url)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from ..store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("psycopg"):
+                raise ExtraMissing("postgres", "psycopg") from exc
+            raise
+        store: Store = PostgresStore.from_url(url)
+        return store
+    raise ConfigError(f"store={url!r}: unknown scheme {scheme!r} (memory, sqlite or postgresql)")
+
+
+def make_cache(url: str, config: Config) -> HotTier:
+    scheme = _scheme(url, "cache")
+    if scheme == "memory":
+        return InProcessCache(
+            crude_ttl_s=config.crude_ttl_s,
+            summary_ttl_s=config.summary_ttl_s,
+            max_entries=config.max_entries,
+            max_bytes=config.max_bytes,
+        )
+    if scheme in ("redis", "rediss", "unix"):
+        try:
+            from ..cache.redis import RedisCache  # type: ignore[import-not-found,unused-ignore]
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("redis"):
+                raise ExtraMissing("redis", "redis") from exc
+            raise
+        cache: HotTier = RedisCache.from_url(url, config)
+        return cache
+    raise ConfigError(f"cache={url!r}: unknown scheme {scheme!r} (memory or redis)")
+
+
+def shown_url(url: str) -> str:
+    """A backend URL as printed or logged: any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

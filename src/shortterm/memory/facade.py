@@ -1,0 +1,819 @@
+"""The memory facade: composes a hot tier and a durable tier behind the public API.
+
+Everything durable is written through and awaited: when a method returns, its write is
+committed. Reads hit the hot tier; a miss reads through the durable tier unless the hot tier
+knows it is complete. Settings are cached in the process. Every forget, settings change and
+distilled write is journaled; before a call returns, the process applies what others
+journaled (a cheap check when nothing moved), and every write is fenced at the journal
+position it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import logging
+import time
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    Sequence,
+)
+from types import EllipsisType, TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from ..cache.base import HotTier
+from ..model import (
+    DistilledWrite,
+    Entry,
+    Message,
+    Privacy,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+    ServerSettings,
+    ServerSummary,
+    UserSettings,
+    check_id,
+    check_optional_id,
+)
+from ..model.config import Config
+from ..model.errors import InvalidInput, StoreUnavailable
+from ..model.fence import (
+    JournalEntry,
+    WriteFence,
+    channel_target,
+    server_channel_target,
+    user_target,
+)
+from ..model.text import clean_text, truncate
+from ..store.base import Store
+from ..tool.slug import slugify
+from .backends import DEFAULT_STORE_URL, make_cache, make_store
+from .health import Health
+from .known_settings import KnownSettings
+from .turn import Turn
+
+__all__ = ["Memory", "open"]
+
+log = logging.getLogger("shortterm")
+
+_M = TypeVar("_M", bound="Memory")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def one_call(
+    method: Callable[Concatenate[_M, _P], Awaitable[_R]],
+) -> Callable[Concatenate[_M, _P], Coroutine[Any, Any, _R]]:
+    """Runs a public method as one hot-tier operation: once the hot tier fails during it,
+    its later hot-tier steps fail at once (see ``HotTier.operation``)."""
+
+    @functools.wraps(method)
+    async def call(self: _M, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.cache.operation():
+            return await method(self, *args, **kwargs)
+
+    return call
+
+
+Clock = Callable[[], float]
+
+_SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
+MAX_SERVERS_PAGE = 1000
+_JOURNAL_PAGE = 1000
+
+
+class Memory:
+    """Working memory for one bot process. Create it with :func:`shortterm.open`."""
+
+    def __init__(self, *, store: Store, cache: HotTier, config: Config, clock: Clock) -> None:
+        self.store = store
+        self.cache = cache
+        self.config = config
+        self.clock = clock
+        self.known_settings = KnownSettings()
+        self.health = Health()
+        self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        # The journal position this process has applied: every forget and settings change up
+        # to it is reflected here (hot tier, tombstones, settings). A write fenced at it can
+        # only be overtaken by what comes later.
+        self._head = 0
+        self._behind = False  # a journal read failed: read it on the next call
+        self._follow_error = ""
+        # Scopes whose last durable write may or may not have landed: read through once.
+        self._unsure: set[tuple[str, str, str, str | None]] = set()
+        self.hydration_s = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _start(self, *, hydrate: bool = True) -> None:
+        await self.store.migrate()
+        now = self.clock()
+        # The position first: whatever is journaled while we load is read again later.
+        self._head = await self.store.journal_head()
+        self.store.journal_moved()  # take the current state as seen
+        known = self.known_settings
+        known.put_servers(await self.store.server_settings_since(0.0))
+        known.put_users(await self.store.user_settings_since(0.0))
+        known.checked_at = now
+        if hydrate:
+            await self._hydrate(now)
+        if self.config.sweep_interval_s > 0:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep_forever(), name="shortterm-sweeper"
+            )
+
+    async def _hydrate(self, now: float) -> None:
+        """Load every row whose summary or categories are still live, with no messages."""
+        started = time.perf_counter()
+        evictions = self.cache.stats().get("evictions", 0)
+        rows = 0
+        fence = WriteFence(self._head)
+        # A bulk load creates objects that all stay alive; the cyclic collector would walk
+        # the growing heap again and again for nothing, so it pauses until the load is done.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            async for batch in self.store.iter_distilled(
+                since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
+            ):
+                await self.cache.apply_rows(batch, now, fence)
+                rows += len(batch)
+        finally:
+            if collecting:
+                gc.enable()
+        self.health.count("hydrated_rows", rows)
+        self.cache.set_complete(self.cache.stats().get("evictions", 0) == evictions)
+        self.hydration_s = time.perf_counter() - started
+        log.info("shortterm hydrated %d rows in %.3f s", rows, self.hydration_s)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            await self.sweep()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.cache.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- settings -------------------------------------------------------------------------
+
+    def scope_meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
+        """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
+        meta = self._metas.get(parts)
+        if meta is None:
+            if len(self._metas) >= 4096:
+                self._metas.clear()
+            meta = self._metas[parts] = ScopeMeta(*parts)
+        return meta
+
+    # -- following other processes -------------------------------------------------------
+
+    async def _follow(self) -> bool:
+        """Apply what other processes journaled since our position. Costs a cheap check
+        (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns
+        False when the durable tier is failing: nothing is read then (a call waits for a dead
+        server once, not twice), our position stays, and a write fenced at it can only be
+        dropped too often, never resurrect anything; the journal is read once it is back."""
+        if self.health.degraded:
+            # Known to be failing: don't wait for it here too. The call's own durable work
+            # finds out whether it is back (and then the journal is read on the next call).
+            self._behind = True
+            return True
+        try:
+            if self.store.journal_moved() or self._behind:
+                self._behind = True
+                await self._catch_up()
+                self._behind = False
+        except StoreUnavailable as exc:
+            self._follow_error = str(exc)
+            self.health.count("journal_errors")
+            self.health.failed("journal read", exc, counted=False)
+            return False
+        return True
+
+    async def _catch_up(self) -> None:
+        while True:
+            entries = await self.store.journal_since(self._head, limit=_JOURNAL_PAGE)
+            if not entries:
+                return
+            now = self.clock()
+            reload = False
+            for entry in entries:
+                reload |= await self._apply_entry(entry, now)
+            if reload:
+                await self._reload_settings()
+            # Only now: a write fenced at the new position relies on all of the above.
+            self._head = max(self._head, entries[-1].seq)
+            self.health.count("journal_entries", len(entries))
+            if len(entries) < _JOURNAL_PAGE:
+                return
+
+    async def _apply_entry(self, entry: JournalEntry, now: float) -> bool:
+        """Reflect one journal entry here; returns whether settings must be reloaded."""
+        cache, kind, subject = self.cache, entry.kind, entry.subject
+        if kind in ("user_settings", "server_settings"):
+            if entry.targets and not cache.shared:
+                await cache.record_forget(entry.seq, entry.targets, now)
+            return True
+        if cache.shared:
+            return kind == "user"  # the forgetting process already changed the shared tier
+        if entry.targets:
+            await cache.record_forget(entry.seq, entry.targets, now)
+        if kind == "channel" and subject[0] is not None:
+            await cache.delete_channel(subject[0])
+        elif kind == "user" and subject[0] is not None:
+            await cache.forget_user_target(subject[0], now)
+            return True
+        elif kind == "server_channel" and subject[0] is not None and subject[1] is not None:
+            await cache.delete(ScopeKey.server(subject[0], subject[1], subject[2]))
+        elif kind == "edit" and len(subject) == 4:
+            k, owner, channel, persona = subject
+            if k in ("user", "server") and owner is not None and channel is not None:
+                key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
+                row = await self.store.load(key)
+                if row is None:
+                    await cache.delete(key)
+                else:
+                    await cache.apply_rows([row], now, WriteFence(entry.seq))
+        return False
+
+    async def _reload_settings(self) -> None:
+        servers = await self.store.server_settings_since(0.0)
+        users = await self.store.user_settings_since(0.0)
+        self.known_settings.replace(servers, users)
+
+    async def begin_write(self, triggerer: str | None = None) -> WriteFence:
+        """Where a write begins: follow the journal, then the position to fence the write at.
+        Call it before reading what the write is computed from."""
+        followed = await self._follow()
+        return WriteFence(self._head, triggerer, store_down=not followed)
+
+    async def refresh_settings(self) -> None:
+        """Follow the journal; and pick up settings other processes changed the old way, at
+        most one query pair per interval (rows written by earlier versions)."""
+        await self._follow()
+        now, known = self.clock(), self.known_settings
+        if not known.due(now, self.config.settings_refresh_s):
+            return
+        # Overlap the window so a write stamped just before our last check is not missed: the
+        # writer takes its timestamp before it commits, so with a short interval (0 re-reads
+        # on every turn) the overlap must still cover a commit in flight and clock skew.
+        since = known.checked_at - max(self.config.settings_refresh_s, _SETTINGS_OVERLAP_S)
+        known.checked_at = now
+        known.put_servers(await self.store.server_settings_since(since))
+        known.put_users(await self.store.user_settings_since(since))
+
+    @one_call
+    async def configure_server(self, server_id: str, settings: ServerSettings) -> None:
+        check_id("server_id", server_id)
+        if not isinstance(settings, ServerSettings):
+            raise InvalidInput("settings", settings, "a shortterm.ServerSettings")
+        if settings.crude_message_count > self.config.max_messages:
+            raise InvalidInput(
+                "crude_message_count",
+                settings.crude_message_count,
+                f"an integer from 1 to max_messages ({self.config.max_messages})",
+            )
+        if len(settings.categories) > self.config.max_categories:
+            raise InvalidInput(
+                "categories",
+                [c.label for c in settings.categories],
+                f"at most max_categories ({self.config.max_categories}) categories",
+            )
+        seen: dict[str, str] = {}
+        for category in settings.categories:
+            slug = slugify(category.label)
+            if slug in seen:
+                raise InvalidInput(
+                    "categories",
+                    [c.label for c in settings.categories],
+                    f"labels with distinct field names ({seen[slug]!r} and {category.label!r} "
+                    f"both become {slug!r})",
+                )
+            seen[slug] = category.label
+        seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
+        self.known_settings.put_server(server_id, settings)
+        await self._caught_up_to(seq)
+
+    async def server_settings(self, server_id: str) -> ServerSettings:
+        check_id("server_id", server_id)
+        await self.refresh_settings()
+        return self.known_settings.server(server_id)
+
+    @one_call
+    async def configure_user(self, user_id: str, settings: UserSettings) -> None:
+        """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
+        purged in the same transaction that stores the choice, and it holds in every process
+        on the same memory before this returns here (others follow the journal)."""
+        check_id("user_id", user_id)
+        if not isinstance(settings, UserSettings):
+            raise InvalidInput("settings", settings, "a shortterm.UserSettings")
+        if settings.privacy is Privacy.FULL:
+            await self._forget_user(user_id, keep=settings)
+            return
+        seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
+        self.known_settings.put_users({user_id: settings})
+        await self._caught_up_to(seq)
+
+    async def user_settings(self, user_id: str) -> UserSettings:
+        check_id("user_id", user_id)
+        await self.refresh_settings()
+        return self.known_settings.user(user_id)
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def turn(self, **kwargs: Any) -> Turn:
+        """Start a turn (no I/O). See :class:`shortterm.Turn` for the arguments."""
+        if self._closed:
+            raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
+        return Turn(self, **kwargs)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    @one_call
+    async def get(self, key: ScopeKey) -> Entry | None:
+        """What ``key`` remembers now, or ``None`` when nothing is live."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        await self._follow()
+        now = self.clock()
+        if self._unsure:
+            await self._settle(key.kind, key.owner_id, now)
+        entry = await self.cache.get(key, now)
+        cache = self.cache
+        if (
+            entry is None
+            and not cache.complete
+            and await cache.counter(key, now) is None
+            and await self.read_through(key, now) is not None
+        ):
+            entry = await cache.get(key, now)
+        return entry
+
+    async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
+        """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
+        lands while the row is in flight wins over it."""
+        fence = WriteFence(self._head)
+        row = await self.store.load(key)
+        self.health.count("read_through")
+        if row is not None:
+            await self.cache.apply_rows([row], now, fence)
+        return row
+
+    async def owner_entries(self, kind: str, owner_id: str) -> list[Entry]:
+        """Live entries of one owner, re-read from the durable tier when the hot tier may
+        have dropped some of them."""
+        now = self.clock()
+        if self._unsure:
+            await self._settle(kind, owner_id, now)
+        entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
+        if not complete:
+            fence = WriteFence(self._head)
+            rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
+            self.health.count("read_through")
+            await self.cache.apply_rows(rows, now, fence)
+            await self.cache.mark_complete(kind, owner_id)  # type: ignore[arg-type]
+            entries, _ = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
+        return entries
+
+    async def _settle(self, kind: str, owner_id: str, now: float) -> None:
+        """Read through this owner's scopes whose last write had an unknown outcome, so the
+        hot tier never disagrees with the durable tier for longer than one call."""
+        for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
+            fence = WriteFence(self._head)
+            row = await self.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
+            self._unsure.discard(kt)
+            if row is not None:
+                await self.cache.apply_rows([row], now, fence)
+
+    # -- administration: listing, export, import -----------------------------------------
+
+    async def find_rows(
+        self,
+        *,
+        kind: ScopeKind | None = None,
+        server_id: str | None = None,
+        channel_id: str | None = None,
+        user_id: str | None = None,
+        persona_id: str | EllipsisType | None = ...,
+    ) -> list[ScopeRow]:
+        """Durable rows matching every filter given, sorted by key (an admin view: values
+        are shown as stored, expired or not; messages live in the hot tier only).
+
+        One indexed query, so the cost follows the k rows it returns: ``user_id`` reads that
+        user's scopes, ``channel_id`` every scope of the channel, ``server_id`` alone the
+        server's shared scopes. ``persona_id``: ``...`` any (the default), ``None`` no
+        persona, or an id. User scopes of a server are listed with ``user_id`` or
+        ``channel_id`` (they are indexed by user and by channel, not by server).
+        """
+        if kind is not None and kind not in ("user", "server"):
+            raise InvalidInput("kind", kind, "'user', 'server' or None")
+        check_optional_id("server_id", server_id)
+        check_optional_id("channel_id", channel_id)
+        check_optional_id("user_id", user_id)
+        if persona_id is not ...:
+            check_optional_id("persona_id", persona_id)
+        if user_id is not None:
+            if kind == "server":
+                raise InvalidInput(
+                    "kind", kind, "'user' or None with user_id (users own user scopes)"
+                )
+            rows = await self.store.load_owner("user", user_id)
+        elif channel_id is not None:
+            rows = await self.store.load_channel(channel_id)
+        elif server_id is not None:
+            if kind == "user":
+                raise InvalidInput(
+                    "kind", kind, "'server' or None with server_id alone; add user_id or channel_id"
+                )
+            rows = await self.store.load_owner("server", server_id)
+        else:
+            raise InvalidInput(
+                "filters",
+                None,
+                "at least one of server_id, channel_id or user_id (export_rows streams everything)",
+            )
+        found = [
+            r
+            for r in rows
+            if (kind is None or r.key.kind == kind)
+            and (server_id is None or r.meta.server_id == server_id)
+            and (channel_id is None or r.key.channel_id == channel_id)
+            and (persona_id is ... or r.key.persona_id == persona_id)
+        ]
+        found.sort(
+            key=lambda r: (r.key.kind, r.key.owner_id, r.key.channel_id, r.key.persona_id or "")
+        )
+        return found
+
+    async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
+        """The servers that have durable shared (server-scope) rows, by id ascending: the
+        first ``limit`` (1-1000) whose id sorts after ``after``. Pass the last id of a full
+        page as ``after`` to get the next page. Each comes with its row count, the newest
+        ``updated_at`` of those rows and its name (from the most recently updated row that
+        knows one; ``None`` if none does). One indexed range per page: the cost follows the
+        page, never the size of the store. Ids sort by code point (PostgreSQL: in the
+        database's collation). Servers whose only rows are users' personal scopes are not
+        listed (user scopes are indexed by user and channel, not by server).
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_SERVERS_PAGE
+        ):
+            raise InvalidInput("limit", limit, f"an integer from 1 to {MAX_SERVERS_PAGE}")
+        check_optional_id("after", after)
+        return await self.store.list_servers(after=after, limit=limit)
+
+    def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
+        """Stream every durable row in batches of at most ``batch_rows`` (a backup of the
+        durable tier; crude messages are never durable, so they are not part of it)."""
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise InvalidInput("batch_rows", batch_rows, "a positive integer")
+        return self.store.iter_rows(batch_rows=batch_rows)
+
+    async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        """Write whole durable rows (a restore), all of them or none, and mirror them in the
+        hot tier. A stored row with the same key is replaced. User-scope rows of users whose
+        privacy setting forbids personal memory (partial or full) are left out. Returns the
+        rows written, as stored."""
+        if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+            raise InvalidInput("rows", rows, "a sequence of ScopeRow")
+        seen: set[tuple[str, str, str, str | None]] = set()
+        for i, row in enumerate(rows):
+            if not isinstance(row, ScopeRow):
+                raise InvalidInput(f"rows[{i}]", row, "a shortterm.store.base.ScopeRow")
+            if row.key.astuple in seen:
+                raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
+            seen.add(row.key.astuple)
+        await self.refresh_settings()
+        fence = WriteFence(self._head)
+        known = self.known_settings
+        allowed = [
+            r
+            for r in rows
+            if r.key.kind == "server" or known.user(r.key.owner_id).privacy is Privacy.NONE
+        ]
+        written = await self.store.put_rows(allowed, fence=fence)
+        self.health.count("fenced_writes", len(allowed) - len(written))
+        await self.cache.apply_rows(written, self.clock(), fence)
+        return written
+
+    # -- edits ----------------------------------------------------------------------------
+
+    def _clean_value(self, field: str, value: object) -> str:
+        if not isinstance(value, str):
+            raise InvalidInput(field, value, "a string")
+        return truncate(clean_text(value.strip()), self.config.max_summary_chars)
+
+    @one_call
+    async def set_summary(self, key: ScopeKey, text: str | None) -> Entry | None:
+        """Replace the summary of one scope (an admin edit; ``None`` clears it). Durable."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        summary = None if text is None else self._clean_value("summary", text) or None
+        change = DistilledWrite(summary=summary, set_summary=True)
+        fence = await self.begin_write()
+        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
+        return await self.cache.get(key, self.clock())
+
+    @one_call
+    async def set_categories(self, key: ScopeKey, values: Mapping[str, str]) -> Entry | None:
+        """Replace the category values of one scope (an admin edit; blank values are dropped)."""
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput("key", key, "a shortterm.ScopeKey")
+        if not isinstance(values, Mapping):
+            raise InvalidInput("values", values, "a mapping of category slug to text")
+        cleaned: dict[str, str | None] = {}
+        for slug, text in values.items():
+            check_id("category slug", slug)
+            cleaned[slug] = self._clean_value(f"categories[{slug!r}]", text) or None
+        change = DistilledWrite(categories=cleaned, replace_categories=True)
+        fence = await self.begin_write()
+        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
+        return await self.cache.get(key, self.clock())
+
+    # -- the write paths: every caller (turn, tool, importer, surfaces) goes through these --
+
+    async def write_capture(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        *,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+    ) -> bool:
+        """The one capture write: ensure the scopes' durable rows (and step the counter of
+        ``increment``) in one fenced statement, then replace their messages in the hot tier,
+        fenced again where they land. A scope a forget overtook is dropped in both tiers.
+        During a durable outage the hot tier is still written (fenced) and the lost counter
+        step is counted. Returns whether every scope was written."""
+        durable: dict[tuple[Any, ...], ScopeRow] | None
+        try:
+            if fence.store_down:
+                raise StoreUnavailable(self._follow_error)
+            rows = await self.store.touch(
+                [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
+            )
+            self.health.ok()
+            durable = {r.key.astuple: r for r in rows}
+        except StoreUnavailable as exc:
+            # Capture serves from the hot tier during an outage; the counter step is lost
+            # and counted, never reported as done.
+            self.health.failed("capture", exc)
+            self.health.count("degraded_captures")
+            durable = None
+        applied = True
+        for key, messages in scopes:
+            row = None
+            if durable is not None:
+                row = durable.get(key.astuple)
+                if row is None:  # the durable tier's fence refused it
+                    applied = False
+                    continue
+            if not await self.cache.capture(key, messages, meta, row, now, fence):
+                applied = False
+        if not applied:
+            self.health.count("fenced_writes")
+        return applied
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        fence: WriteFence,
+    ) -> list[ScopeRow]:
+        """The one distilled write (tool call, admin edit): all scopes in one fenced durable
+        transaction, journaled for other processes, then mirrored in the hot tier. Returns
+        the rows written (fewer than ``scopes`` when a forget overtook the write).
+
+        A failure that leaves the outcome unknown (the connection dropped mid-commit) raises
+        ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
+        tier and read through on their next use, so neither tier is believed over the other.
+        """
+        now = self.clock()
+        if fence.store_down:
+            raise StoreUnavailable(self._follow_error)
+        try:
+            rows = await self.store.write_distilled(
+                scopes, change, reset_counter=reset_counter, now=now, fence=fence
+            )
+        except StoreUnavailable as exc:
+            if exc.maybe_applied:
+                # It may have landed: the next read of these scopes asks the durable tier
+                # (keeping the hot tier's messages, which exist nowhere else).
+                self._unsure.update(key.astuple for key, _ in scopes)
+            raise
+        if len(rows) < len(scopes):
+            self.health.count("fenced_writes")
+        try:
+            await self.cache.apply_rows(rows, now, fence)
+        except StoreUnavailable as exc:
+            # Committed, so done. A hot tier that missed it must not keep serving the old
+            # values: drop them (best effort) and read through from now on.
+            self.health.failed("hot tier update", exc)
+            self.cache.set_complete(False)
+            for row in rows:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.cache.delete(row.key)
+        return rows
+
+    # -- deletion: every forget is journaled durably, then applied here, then followed ------
+
+    async def _caught_up_to(self, seq: int) -> None:
+        """After our own journal entry ``seq``: read the journal up to it, so entries other
+        processes wrote before it are applied too and our position can pass it."""
+        if self._head < seq:
+            await self._catch_up()
+
+    async def _forget(
+        self, targets: Sequence[str], durable: Callable[[], Any], hot: Callable[[], Any]
+    ) -> int:
+        """The one forget: durable journal + delete (raises if it failed: nothing was
+        acknowledged), then the hot tier — its fence first, so nothing in flight can land
+        after the eviction — then the journal up to our entry."""
+        try:
+            forgotten = await durable()
+        except StoreUnavailable:
+            # Nothing was acknowledged, but nothing stale is shown meanwhile either: evict,
+            # and let the caller see the error and retry.
+            with contextlib.suppress(StoreUnavailable):
+                await hot()
+            raise
+        now = self.clock()
+        await self.cache.record_forget(forgotten.seq, targets, now)
+        evicted = await hot()
+        await self._caught_up_to(forgotten.seq)
+        return max(int(forgotten.rows), int(evicted))
+
+    @one_call
+    async def clear_channel(self, channel_id: str) -> int:
+        """Forget a channel: every user, persona and scope of it, in both tiers."""
+        check_id("channel_id", channel_id)
+        return await self._forget(
+            [channel_target(channel_id)],
+            lambda: self.store.forget_channel(channel_id, now=self.clock()),
+            lambda: self.cache.delete_channel(channel_id),
+        )
+
+    @one_call
+    async def clear_user(self, user_id: str) -> int:
+        """Forget a user: their user-scope rows and entries, every message they wrote from
+        every other entry (server scopes, other users' scopes), and their settings row —
+        except a FULL privacy choice, which is kept so that it stays honoured. Returns the
+        number of scopes deleted plus entries scrubbed."""
+        check_id("user_id", user_id)
+        stored = self.known_settings.stored_user(user_id)
+        keep = stored if stored is not None and stored.privacy is Privacy.FULL else None
+        return await self._forget_user(user_id, keep=keep)
+
+    async def _forget_user(self, user_id: str, *, keep: UserSettings | None) -> int:
+        async def hot() -> int:
+            deleted = await self.cache.delete_owner("user", user_id)
+            return deleted + await self.cache.scrub_author(user_id, self.clock())
+
+        changed = await self._forget(
+            [user_target(user_id)],
+            lambda: self.store.forget_user(user_id, keep=keep, now=self.clock()),
+            hot,
+        )
+        if keep is None:
+            self.known_settings.drop_user(user_id)
+        else:
+            self.known_settings.put_users({user_id: keep})
+        return changed
+
+    @one_call
+    async def clear_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None = None
+    ) -> int:
+        """Forget one server-scope entry (a channel's shared memory for one persona)."""
+        check_id("server_id", server_id)
+        check_id("channel_id", channel_id)
+        check_optional_id("persona_id", persona_id)
+        return await self._forget(
+            [server_channel_target(server_id, channel_id, persona_id)],
+            lambda: self.store.forget_server_channel(
+                server_id, channel_id, persona_id, now=self.clock()
+            ),
+            lambda: self.cache.delete(ScopeKey.server(server_id, channel_id, persona_id)),
+        )
+
+    async def sweep(self) -> int:
+        """Drop expired hot entries now; returns how many."""
+        return await self.cache.sweep(self.clock())
+
+    async def janitor(self, retention_days: int | None = None) -> int:
+        """Delete durable rows untouched for ``retention_days`` (default from the config)."""
+        days = self.config.janitor_retention_days if retention_days is None else retention_days
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise InvalidInput("retention_days", retention_days, "a non-negative integer")
+        return await self.store.janitor(untouched_since=self.clock() - days * 86400)
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of both tiers: entries, bytes, hits, misses, evictions, expirations, ..."""
+        out: dict[str, Any] = dict(self.cache.stats())
+        out.update(self.health.counts())
+        out["hydration_s"] = round(self.hydration_s, 6)
+        out["degraded"] = self.health.degraded
+        return out
+
+
+class _Opening:
+    """``await shortterm.open(...)`` or ``async with shortterm.open(...) as memory``."""
+
+    def __init__(self, factory: Callable[[], Memory], *, hydrate: bool = True) -> None:
+        self._factory = factory
+        self._hydrate = hydrate
+        self._memory: Memory | None = None
+
+    async def _open(self) -> Memory:
+        memory = self._factory()
+        try:
+            await memory._start(hydrate=self._hydrate)
+        except BaseException:
+            await memory.close()
+            raise
+        self._memory = memory
+        return memory
+
+    def __await__(self) -> Generator[Any, None, Memory]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Memory:
+        return await self._open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._memory is not None:
+            await self._memory.close()
+
+
+def open(
+    store: str | Store = DEFAULT_STORE_URL,
+    cache: str | HotTier = "memory://",
+    *,
+    config: Config | None = None,
+    clock: Clock | None = None,
+    hydrate: bool = True,
+) -> _Opening:
+    """Open working memory: apply migrations and hydrate the rows still inside their TTL.
+
+    ``store`` and ``cache`` are URLs (``sqlite:///shortterm.db``, ``memory://``,
+    ``postgresql://…``, ``redis://…``) or backend objects you built yourself.
+    ``hydrate=False`` skips the bulk load: reads then go to the durable tier on a miss, so a
+    short-lived process (an admin command) costs what it touches, not the size of the store.
+    """
+    cfg = config if config is not None else Config()
+    if not isinstance(cfg, Config):
+        raise InvalidInput("config", config, "a shortterm.Config")
+    if clock is not None and not callable(clock):
+        raise InvalidInput("clock", clock, "a callable returning epoch seconds")
+    chosen_clock: Clock = clock if clock is not None else time.time
+    if not isinstance(hydrate, bool):
+        raise InvalidInput("hydrate", hydrate, "True or False")
+
+    def factory() -> Memory:
+        st = make_store(store) if isinstance(store, str) else store
+        ca = make_cache(cache, cfg) if isinstance(cache, str) else cache
+        return Memory(store=st, cache=ca, config=cfg, clock=chosen_clock)
+
+    return _Opening(factory, hydrate=hydrate)

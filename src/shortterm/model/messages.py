@@ -1,0 +1,130 @@
+"""Messages, replies and entries: what a scope holds."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .errors import InvalidInput
+from .keys import (
+    Privacy,
+    Role,
+    ScopeKey,
+    _set,
+    check_optional_id,
+    check_optional_text,
+    check_time,
+)
+from .text import clean_text
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message as the bot saw it. ``at`` is epoch seconds (stamped at capture)."""
+
+    role: Role
+    content: str
+    author_id: str | None = field(default=None, kw_only=True)
+    speaker: str | None = field(default=None, kw_only=True)
+    at: float | None = field(default=None, kw_only=True)
+    message_id: str | None = field(default=None, kw_only=True)
+    privacy: Privacy = field(default=Privacy.NONE, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.role not in ("user", "assistant"):
+            raise InvalidInput("role", self.role, "'user' or 'assistant'")
+        if not isinstance(self.content, str):
+            raise InvalidInput("content", self.content, "a string")
+        # Author ids and names repeat across thousands of cached messages: one shared copy each.
+        if check_optional_id("author_id", self.author_id) is not None:
+            object.__setattr__(self, "author_id", sys.intern(self.author_id))  # type: ignore[arg-type]
+        check_optional_id("message_id", self.message_id)
+        if self.speaker is not None:
+            speaker = check_optional_text("speaker", self.speaker, 200)
+            object.__setattr__(self, "speaker", sys.intern(speaker))  # type: ignore[arg-type]
+        if self.at is not None:
+            check_time("at", self.at)
+            object.__setattr__(self, "at", float(self.at))
+        if not isinstance(self.privacy, Privacy):
+            raise InvalidInput("privacy", self.privacy, "a shortterm.Privacy value")
+        cleaned = clean_text(self.content)
+        if cleaned is not self.content:
+            object.__setattr__(self, "content", cleaned)
+
+    @classmethod
+    def _unchecked(
+        cls,
+        role: Role,
+        content: str,
+        author_id: str | None,
+        speaker: str | None,
+        at: float | None,
+        message_id: str | None = None,
+        privacy: Privacy = Privacy.NONE,
+    ) -> Message:
+        """A message from parts that were validated already (a reply, a stamped copy)."""
+        msg = object.__new__(cls)
+        _set(msg, "role", role)
+        _set(msg, "content", content)
+        _set(msg, "author_id", author_id)
+        _set(msg, "speaker", speaker)
+        _set(msg, "at", at)
+        _set(msg, "message_id", message_id)
+        _set(msg, "privacy", privacy)
+        return msg
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a persona answered this turn."""
+
+    text: str
+    persona_id: str | None = field(default=None, kw_only=True)
+    persona_name: str | None = field(default=None, kw_only=True)
+    persona_lineage_id: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise InvalidInput("text", self.text, "a string")
+        check_optional_id("persona_id", self.persona_id)
+        check_optional_id("persona_lineage_id", self.persona_lineage_id)
+        if self.persona_name is not None:
+            object.__setattr__(
+                self, "persona_name", check_optional_text("persona_name", self.persona_name, 200)
+            )
+        object.__setattr__(self, "text", clean_text(self.text))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one scope key remembers right now (expired values already removed).
+
+    ``messages`` live in the hot tier only; everything else mirrors the durable row.
+    """
+
+    key: ScopeKey
+    messages: tuple[Message, ...] = ()
+    summary: str | None = None
+    categories: Mapping[str, str] = field(default_factory=dict)
+    turns_since_refresh: int = 0
+    messages_at: float | None = None  # last capture
+    summary_at: float | None = None  # when the summary was written
+    categories_at: float | None = None  # when a category value was last written
+    server_id: str | None = None  # the server the scope lives in; None for a DM
+    server_name: str | None = None
+    channel_name: str | None = None
+    parent_channel_id: str | None = None  # thread parent
+    private: bool = False  # the origin channel was private when captured
+    persona_lineage_id: str | None = None
+
+    @property
+    def updated_at(self) -> float | None:
+        """The newest of the entry's own value timestamps."""
+        stamps = (self.messages_at, self.summary_at, self.categories_at)
+        times = [t for t in stamps if t is not None]
+        return max(times) if times else None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.messages and self.summary is None and not self.categories

@@ -1,0 +1,1 @@
+"""Rendering memory into a prompt. Pure: no I/O, no clock of its own."""

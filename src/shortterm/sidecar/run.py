@@ -1,0 +1,101 @@
+"""Running the sidecar: open the memory, serve the app with uvicorn, close the memory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from ..memory.backends import shown_url
+from ..memory.facade import open as open_memory
+from ..model.config import Config
+from .app import create_app
+from .quickstart import quickstart_lines
+from .settings import SidecarSettings
+
+__all__ = ["bound_url", "run", "serve"]
+
+log = logging.getLogger("shortterm.sidecar")
+
+
+def bound_url(server: uvicorn.Server, settings: SidecarSettings) -> str:
+    """The URL a started server listens on (its real port when ``settings.port`` is 0)."""
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return settings.replace(port=port).base_url
+
+
+async def _when_started(
+    server: uvicorn.Server, settings: SidecarSettings, started: Callable[[str], None]
+) -> None:
+    # Bounded polling on the server's own flag: uvicorn offers no start callback.
+    for _ in range(3000):
+        if server.started:
+            started(bound_url(server, settings))
+            return
+        if server.should_exit:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def serve(
+    settings: SidecarSettings,
+    *,
+    store: str = "sqlite:///shortterm.db",
+    cache: str = "memory://",
+    config: Config | None = None,
+    started: Callable[[str], None] | None = None,
+    log_config: dict[str, Any] | None = uvicorn.config.LOGGING_CONFIG,
+) -> None:
+    """Serve until interrupted. ``started`` is called with the bound URL once listening."""
+    settings.check_exposure()  # before anything is opened or bound
+    async with open_memory(store=store, cache=cache, config=config) as memory:
+        app = create_app(memory, settings)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=settings.host,
+                port=settings.port,
+                lifespan="off",
+                access_log=False,  # paths carry user ids; counts go to /metrics instead
+                server_header=False,
+                log_config=log_config,
+            )
+        )
+        watcher = None
+        if started is not None:
+            watcher = asyncio.get_running_loop().create_task(
+                _when_started(server, settings, started)
+            )
+        try:
+            await server.serve()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+
+def run(
+    settings: SidecarSettings,
+    *,
+    store: str,
+    cache: str,
+    config: Config | None = None,
+    quickstart: bool = False,
+    echo: Callable[[str], None] = print,
+) -> None:
+    """``shortterm serve``: announce the URL (and the quickstart), then serve."""
+
+    def started(url: str) -> None:
+        echo(
+            f"shortterm sidecar listening on {url} "
+            f"(store {shown_url(store)}, cache {shown_url(cache)})"
+        )
+        echo(f"web inspector: {url}/ui/")
+        if quickstart:
+            echo("Try it:")
+            for line in quickstart_lines(url, token=settings.token is not None):
+                echo(f"  {line}")
+
+    asyncio.run(serve(settings, store=store, cache=cache, config=config, started=started))

@@ -1,0 +1,370 @@
+"""The in-memory reference store: the contract's semantics in plain Python.
+
+Nothing survives the process (``store="memory://"``): for tests, notebooks and as the yardstick
+the conformance suite holds every other backend to.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from ..model import (
+    DistilledWrite,
+    Privacy,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+    ServerSettings,
+    ServerSummary,
+    UserSettings,
+    merge_categories,
+)
+from ..model.fence import (
+    JournalEntry,
+    JournalKind,
+    WriteFence,
+    channel_target,
+    private_target,
+    scope_targets,
+    server_channel_target,
+    user_target,
+)
+from .base import Forgotten
+
+__all__ = ["ReferenceStore"]
+
+KeyTuple = tuple[str, str, str, str | None]
+
+
+def _server_of(key: ScopeKey) -> str | None:
+    return key.owner_id if key.kind == "server" else None
+
+
+def _keep_known(old: ScopeMeta, new: ScopeMeta) -> ScopeMeta:
+    """Metadata a write does not know (``None``) keeps its stored value, as in SQL COALESCE."""
+    return ScopeMeta(
+        server_id=new.server_id if new.server_id is not None else old.server_id,
+        server_name=new.server_name if new.server_name is not None else old.server_name,
+        channel_name=new.channel_name if new.channel_name is not None else old.channel_name,
+        parent_channel_id=new.parent_channel_id
+        if new.parent_channel_id is not None
+        else old.parent_channel_id,
+        private=new.private or old.private,  # sticky, as in SQL
+        persona_lineage_id=new.persona_lineage_id
+        if new.persona_lineage_id is not None
+        else old.persona_lineage_id,
+    )
+
+
+def _unindex(index: dict[Any, set[KeyTuple]], name: Any, t: KeyTuple) -> None:
+    keys = index[name]
+    keys.discard(t)
+    if not keys:
+        del index[name]
+
+
+class ReferenceStore:
+    def __init__(self) -> None:
+        self._rows: dict[KeyTuple, ScopeRow] = {}
+        # Secondary indexes keep owner and channel queries O(k), as the SQL indexes do.
+        self._by_owner: dict[tuple[str, str], set[KeyTuple]] = {}
+        self._by_channel: dict[str, set[KeyTuple]] = {}
+        # The ids of servers owning rows, sorted, for keyset pages; and each row's creation
+        # order (an SQL row id's twin), which breaks ties when picking a server's name.
+        self._server_ids: list[str] = []
+        self._born: dict[KeyTuple, int] = {}
+        self._births = itertools.count()
+        self._servers: dict[str, tuple[ServerSettings, float]] = {}
+        self._users: dict[str, tuple[UserSettings, float]] = {}
+        # The journal and the fence: every forget's newest sequence per target.
+        self._journal: list[JournalEntry] = []
+        self._fence: dict[str, int] = {}
+        self._seqs = itertools.count(1)
+        self.closed = False
+
+    def _append(
+        self, kind: JournalKind, subject: Sequence[str | None], targets: Sequence[str]
+    ) -> int:
+        seq = next(self._seqs)
+        self._journal.append(JournalEntry(seq, kind, tuple(subject), tuple(targets)))
+        for t in targets:
+            self._fence[t] = seq
+        return seq
+
+    def _fenced(self, key: ScopeKey, meta: ScopeMeta | None, fence: WriteFence | None) -> bool:
+        if fence is None:
+            return False
+        server_id = meta.server_id if meta is not None else _server_of(key)
+        parent = meta.parent_channel_id if meta is not None else None
+        targets = scope_targets(key, server_id, parent, fence.triggerer)
+        return any(self._fence.get(t, 0) > fence.position for t in targets)
+
+    async def migrate(self) -> list[str]:
+        return []
+
+    def _upsert(
+        self,
+        key: ScopeKey,
+        meta: ScopeMeta | None,
+        now: float,
+        *,
+        inc: int = 0,
+        changes: dict[str, Any] | None = None,
+    ) -> ScopeRow:
+        """Insert or update one row, as the SQL backends' single upsert statement does."""
+        row = self._next_row(key, meta, now, inc=inc, changes=changes)
+        self._store(row)
+        return row
+
+    def _next_row(
+        self,
+        key: ScopeKey,
+        meta: ScopeMeta | None,
+        now: float,
+        *,
+        inc: int = 0,
+        changes: dict[str, Any] | None = None,
+    ) -> ScopeRow:
+        """The row ``key`` would hold after the change; nothing is stored yet."""
+        old = self._rows.get(key.astuple)
+        if old is None:
+            fields: dict[str, Any] = {"turns_since_refresh": inc}
+            fields["meta"] = meta if meta is not None else ScopeMeta(server_id=_server_of(key))
+        else:
+            fields = {
+                "summary": old.summary,
+                "summary_at": old.summary_at,
+                "categories": old.categories,
+                "categories_at": old.categories_at,
+                "turns_since_refresh": old.turns_since_refresh + inc,
+                "refresh_epoch": old.refresh_epoch,
+                "revision": old.revision + 1,
+            }
+            if meta is None or meta == old.meta:
+                fields["meta"] = old.meta
+            else:
+                fields["meta"] = _keep_known(old.meta, meta)
+        if changes:
+            fields.update(changes)
+        return ScopeRow(key=key, updated_at=now, **fields)
+
+    def _store(self, row: ScopeRow) -> None:
+        kt = row.key.astuple
+        if kt not in self._rows:
+            owner = (kt[0], kt[1])
+            if owner not in self._by_owner and kt[0] == "server":
+                bisect.insort(self._server_ids, kt[1])
+            self._by_owner.setdefault(owner, set()).add(kt)
+            self._by_channel.setdefault(kt[2], set()).add(kt)
+            self._born[kt] = next(self._births)
+        self._rows[kt] = row
+
+    async def touch(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        *,
+        increment: ScopeKey | None,
+        now: float,
+        fence: WriteFence | None = None,
+    ) -> list[ScopeRow]:
+        live = increment.astuple if increment is not None else None
+        return [
+            self._upsert(key, meta, now, inc=int(key.astuple == live))
+            for key, meta in scopes
+            if not self._fenced(key, meta, fence)
+        ]
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+        fence: WriteFence | None = None,
+    ) -> list[ScopeRow]:
+        out = []
+        for key, meta in scopes:
+            if self._fenced(key, meta, fence):
+                continue
+            old = self._rows.get(key.astuple)
+            changes: dict[str, Any] = {}
+            if change.set_summary:
+                changes["summary"] = change.summary
+                changes["summary_at"] = None if change.summary is None else now
+            merged = merge_categories(old.categories if old else {}, change)
+            if merged is not None:
+                changes["categories"] = merged
+                changes["categories_at"] = now if merged else None
+            if reset_counter is not None and key == reset_counter:
+                changes["turns_since_refresh"] = 0
+                changes["refresh_epoch"] = (old.refresh_epoch if old else 0) + 1
+            out.append(self._next_row(key, meta, now, changes=changes))
+        # Every row is computed before any is stored: all scopes change, or none does.
+        for row in out:
+            self._store(row)
+            if fence is not None:
+                self._append("edit", row.key.astuple, ())
+        return out
+
+    async def load(self, key: ScopeKey) -> ScopeRow | None:
+        return self._rows.get(key.astuple)
+
+    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
+        return [self._rows[t] for t in self._by_owner.get((kind, owner_id), ())]
+
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]:
+        return [self._rows[t] for t in self._by_channel.get(channel_id, ())]
+
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
+        ids = self._server_ids
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        out = []
+        for server_id in ids[start : start + limit]:
+            rows = [self._rows[t] for t in self._by_owner[("server", server_id)]]
+            named = [
+                (r.updated_at, self._born[r.key.astuple], r.meta.server_name)
+                for r in rows
+                if r.meta.server_name is not None
+            ]
+            out.append(
+                ServerSummary(
+                    server_id=server_id,
+                    server_name=max(named)[2] if named else None,
+                    entries=len(rows),
+                    updated_at=max(r.updated_at for r in rows),
+                )
+            )
+        return out
+
+    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        rows = list(self._rows.values())
+        for start in range(0, len(rows), batch_rows):
+            yield rows[start : start + batch_rows]
+
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
+        out = []
+        for row in rows:
+            if self._fenced(row.key, row.meta, fence):
+                continue
+            old = self._rows.get(row.key.astuple)
+            revision = old.revision + 1 if old is not None else 1
+            out.append(dataclasses.replace(row, categories=dict(row.categories), revision=revision))
+        for row in out:
+            self._store(row)
+            if fence is not None:
+                self._append("edit", row.key.astuple, ())
+        return out
+
+    async def iter_distilled(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[ScopeRow]]:
+        batch: list[ScopeRow] = []
+        for row in list(self._rows.values()):
+            live_summary = row.summary is not None and (row.summary_at or 0) > since
+            live_cats = bool(row.categories) and (row.categories_at or 0) > since
+            if live_summary or live_cats:
+                batch.append(row)
+                if len(batch) >= batch_rows:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def _delete(self, doomed: Iterable[KeyTuple]) -> int:
+        count = 0
+        for t in list(doomed):
+            if self._rows.pop(t, None) is None:
+                continue
+            count += 1
+            del self._born[t]
+            _unindex(self._by_owner, (t[0], t[1]), t)
+            _unindex(self._by_channel, t[2], t)
+            if t[0] == "server" and (t[0], t[1]) not in self._by_owner:
+                del self._server_ids[bisect.bisect_left(self._server_ids, t[1])]
+        return count
+
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        seq = self._append("channel", [channel_id], [channel_target(channel_id)])
+        return Forgotten(seq, self._delete(self._by_channel.get(channel_id, ())))
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        target = user_target(user_id)
+        seq = self._append("user", [target], [target])
+        self._journal = [
+            e
+            for e in self._journal
+            if not (e.kind == "edit" and e.subject[:2] == ("user", user_id))
+        ]
+        if keep is None:
+            self._users.pop(user_id, None)
+        else:
+            self._users[user_id] = (keep, now)
+        return Forgotten(seq, self._delete(self._by_owner.get(("user", user_id), ())))
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        target = server_channel_target(server_id, channel_id, persona_id)
+        seq = self._append("server_channel", [server_id, channel_id, persona_id], [target])
+        return Forgotten(seq, self._delete([("server", server_id, channel_id, persona_id)]))
+
+    async def delete_channel(self, channel_id: str) -> int:
+        return (await self.forget_channel(channel_id, now=0.0)).rows
+
+    async def delete_user_scopes(self, user_id: str) -> int:
+        kept = self._users.get(user_id)
+        keep = kept[0] if kept is not None else None
+        return (await self.forget_user(user_id, keep=keep, now=kept[1] if kept else 0.0)).rows
+
+    async def delete_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None
+    ) -> int:
+        return (await self.forget_server_channel(server_id, channel_id, persona_id, now=0.0)).rows
+
+    async def janitor(self, *, untouched_since: float) -> int:
+        return self._delete([t for t, r in self._rows.items() if r.updated_at < untouched_since])
+
+    def journal_moved(self) -> bool:
+        return False  # one process owns this store: it journals nothing it does not know
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        start = bisect.bisect_right([e.seq for e in self._journal], seq)
+        return self._journal[start : start + limit]
+
+    async def journal_head(self) -> int:
+        return self._journal[-1].seq if self._journal else 0
+
+    async def save_server_settings(
+        self, server_id: str, settings: ServerSettings, *, now: float
+    ) -> int:
+        old = self._servers.get(server_id)
+        was_private = old[0].private_channel_ids if old is not None else frozenset()
+        self._servers[server_id] = (settings, now)
+        newly = sorted(settings.private_channel_ids - was_private)
+        return self._append(
+            "server_settings", [server_id], [private_target(server_id, c) for c in newly]
+        )
+
+    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
+        return {sid: s for sid, (s, at) in self._servers.items() if at >= since}
+
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        self._users[user_id] = (settings, now)
+        full = settings.privacy is Privacy.FULL
+        return self._append("user_settings", [], [user_target(user_id)] if full else [])
+
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
+        return {uid: s for uid, (s, at) in self._users.items() if at >= since}
+
+    async def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,1 @@
+"""Moving durable rows in and out: the JSON-lines format and its drivers."""
