@@ -7,7 +7,7 @@
         await turn.capture(history=[...], replies=[shortterm.Reply("hi!")])
 """
 
-from .memory.facade import Memory, open
+from .memory import Memory, open
 from .memory.turn import Turn
 from .model import (
     Category,

@@ -195,7 +195,7 @@ async def main(store_url: str, cache_url: str, jitter_seed: str | None) -> None:
         if os.environ.get("FENCE_WORKER_BREAK"):  # to show the tests catch a disabled fence
 
             async def no_fence(triggerer: str | None = None) -> WriteFence:
-                await memory._follow()
+                await memory.journal.follow()
                 return WriteFence(10**15, triggerer)
 
             memory.begin_write = no_fence  # type: ignore[method-assign]

@@ -161,7 +161,7 @@ async def test_the_race_finds_a_disabled_fence(tmp_path: Path) -> None:
     async with shortterm.open(store=b.store, cache=b.cache, config=CONFIG) as memory:
 
         async def no_fence(triggerer: str | None = None) -> WriteFence:
-            await memory._follow()
+            await memory.journal.follow()
             return WriteFence(10**15, triggerer)  # no forget can ever cover such a write
 
         memory.begin_write = no_fence  # type: ignore[method-assign]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.inprocess import InProcessCache
-from ..memory.facade import open as open_memory
+from ..memory import open as open_memory
 from ..model import Message, ScopeKey, ScopeMeta
 from ..model.config import Config
 from ..store.sqlite import SQLiteStore

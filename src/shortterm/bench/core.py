@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.inprocess import InProcessCache
+from ..memory import open as open_memory
 from ..memory.facade import Memory
-from ..memory.facade import open as open_memory
 from ..model import Message, Reply, ScopeKey, ScopeMeta
 from ..model.config import Config
 from ..store.reference import ReferenceStore

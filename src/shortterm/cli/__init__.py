@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from ..memory.facade import Memory, _Opening
+    from ..memory.facade import Memory
+    from ..memory.opening import Opening
     from ..model import Entry, ScopeRow
     from ..transfer.rows import ImportReport, Progress
 
@@ -131,9 +132,9 @@ def memory_options(fn: F) -> F:
     return _store_option(_cache_option(fn))
 
 
-def _open(store: str, cache: str, *, hydrate: bool = False) -> _Opening:
+def _open(store: str, cache: str, *, hydrate: bool = False) -> Opening:
     """Memory for one command. No hydration: a command costs what it touches."""
-    from ..memory.facade import open as open_memory
+    from ..memory import open as open_memory
     from ..model.config import Config
 
     return open_memory(store, cache, config=Config.from_env(os.environ), hydrate=hydrate)

@@ -311,7 +311,7 @@ def build_server(memory: Memory, scope: Scope) -> Server[Any]:
 async def serve_stdio(*, store: str, cache: str, scope: Scope) -> None:
     """Open memory (hydrated, as a bot does), then serve MCP on stdin/stdout until the client
     closes the connection."""
-    from ..memory.facade import open as open_memory
+    from ..memory import open as open_memory
     from ..model.config import Config
 
     async with open_memory(store, cache, config=Config.from_env(os.environ)) as memory:

@@ -6,6 +6,10 @@ knows it is complete. Settings are cached in the process. Every forget, settings
 distilled write is journaled; before a call returns, the process applies what others
 journaled (a cheap check when nothing moved), and every write is fenced at the journal
 position it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
+
+Longer than our other modules on purpose: it is the one boundary every read, write and forget
+passes, and they share one state (journal position, unsure scopes, settings). What stands
+alone lives beside it: opening.py, follower.py, admin.py.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Mapping,
     Sequence,
 )
@@ -47,7 +50,6 @@ from ..model import (
 from ..model.config import Config
 from ..model.errors import InvalidInput, StoreUnavailable
 from ..model.fence import (
-    JournalEntry,
     WriteFence,
     channel_target,
     server_channel_target,
@@ -56,7 +58,8 @@ from ..model.fence import (
 from ..model.text import clean_text, truncate
 from ..store.base import Store
 from ..tool.slug import slugify
-from .backends import DEFAULT_STORE_URL, make_cache, make_store
+from . import admin
+from .follower import JournalFollower
 from .health import Health
 from .known_settings import KnownSettings
 from .turn import Turn
@@ -87,8 +90,6 @@ def one_call(
 Clock = Callable[[], float]
 
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
-MAX_SERVERS_PAGE = 1000
-_JOURNAL_PAGE = 1000
 
 
 class Memory:
@@ -104,12 +105,7 @@ class Memory:
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
-        # The journal position this process has applied: every forget and settings change up
-        # to it is reflected here (hot tier, tombstones, settings). A write fenced at it can
-        # only be overtaken by what comes later.
-        self._head = 0
-        self._behind = False  # a journal read failed: read it on the next call
-        self._follow_error = ""
+        self.journal = JournalFollower(self)
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[tuple[str, str, str, str | None]] = set()
         self.hydration_s = 0.0
@@ -120,7 +116,7 @@ class Memory:
         await self.store.migrate()
         now = self.clock()
         # The position first: whatever is journaled while we load is read again later.
-        self._head = await self.store.journal_head()
+        self.journal.head = await self.store.journal_head()
         self.store.journal_moved()  # take the current state as seen
         known = self.known_settings
         known.put_servers(await self.store.server_settings_since(0.0))
@@ -138,7 +134,7 @@ class Memory:
         started = time.perf_counter()
         evictions = self.cache.stats().get("evictions", 0)
         rows = 0
-        fence = WriteFence(self._head)
+        fence = WriteFence(self.journal.head)
         # A bulk load creates objects that all stay alive; the cyclic collector would walk
         # the growing heap again and again for nothing, so it pauses until the load is done.
         collecting = gc.isenabled()
@@ -195,92 +191,16 @@ class Memory:
             meta = self._metas[parts] = ScopeMeta(*parts)
         return meta
 
-    # -- following other processes -------------------------------------------------------
-
-    async def _follow(self) -> bool:
-        """Apply what other processes journaled since our position. Costs a cheap check
-        (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns
-        False when the durable tier is failing: nothing is read then (a call waits for a dead
-        server once, not twice), our position stays, and a write fenced at it can only be
-        dropped too often, never resurrect anything; the journal is read once it is back."""
-        if self.health.degraded:
-            # Known to be failing: don't wait for it here too. The call's own durable work
-            # finds out whether it is back (and then the journal is read on the next call).
-            self._behind = True
-            return True
-        try:
-            if self.store.journal_moved() or self._behind:
-                self._behind = True
-                await self._catch_up()
-                self._behind = False
-        except StoreUnavailable as exc:
-            self._follow_error = str(exc)
-            self.health.count("journal_errors")
-            self.health.failed("journal read", exc, counted=False)
-            return False
-        return True
-
-    async def _catch_up(self) -> None:
-        while True:
-            entries = await self.store.journal_since(self._head, limit=_JOURNAL_PAGE)
-            if not entries:
-                return
-            now = self.clock()
-            reload = False
-            for entry in entries:
-                reload |= await self._apply_entry(entry, now)
-            if reload:
-                await self._reload_settings()
-            # Only now: a write fenced at the new position relies on all of the above.
-            self._head = max(self._head, entries[-1].seq)
-            self.health.count("journal_entries", len(entries))
-            if len(entries) < _JOURNAL_PAGE:
-                return
-
-    async def _apply_entry(self, entry: JournalEntry, now: float) -> bool:
-        """Reflect one journal entry here; returns whether settings must be reloaded."""
-        cache, kind, subject = self.cache, entry.kind, entry.subject
-        if kind in ("user_settings", "server_settings"):
-            if entry.targets and not cache.shared:
-                await cache.record_forget(entry.seq, entry.targets, now)
-            return True
-        if cache.shared:
-            return kind == "user"  # the forgetting process already changed the shared tier
-        if entry.targets:
-            await cache.record_forget(entry.seq, entry.targets, now)
-        if kind == "channel" and subject[0] is not None:
-            await cache.delete_channel(subject[0])
-        elif kind == "user" and subject[0] is not None:
-            await cache.forget_user_target(subject[0], now)
-            return True
-        elif kind == "server_channel" and subject[0] is not None and subject[1] is not None:
-            await cache.delete(ScopeKey.server(subject[0], subject[1], subject[2]))
-        elif kind == "edit" and len(subject) == 4:
-            k, owner, channel, persona = subject
-            if k in ("user", "server") and owner is not None and channel is not None:
-                key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
-                row = await self.store.load(key)
-                if row is None:
-                    await cache.delete(key)
-                else:
-                    await cache.apply_rows([row], now, WriteFence(entry.seq))
-        return False
-
-    async def _reload_settings(self) -> None:
-        servers = await self.store.server_settings_since(0.0)
-        users = await self.store.user_settings_since(0.0)
-        self.known_settings.replace(servers, users)
-
     async def begin_write(self, triggerer: str | None = None) -> WriteFence:
         """Where a write begins: follow the journal, then the position to fence the write at.
         Call it before reading what the write is computed from."""
-        followed = await self._follow()
-        return WriteFence(self._head, triggerer, store_down=not followed)
+        followed = await self.journal.follow()
+        return WriteFence(self.journal.head, triggerer, store_down=not followed)
 
     async def refresh_settings(self) -> None:
         """Follow the journal; and pick up settings other processes changed the old way, at
         most one query pair per interval (rows written by earlier versions)."""
-        await self._follow()
+        await self.journal.follow()
         now, known = self.clock(), self.known_settings
         if not known.due(now, self.config.settings_refresh_s):
             return
@@ -322,7 +242,7 @@ class Memory:
             seen[slug] = category.label
         seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
         self.known_settings.put_server(server_id, settings)
-        await self._caught_up_to(seq)
+        await self.journal.caught_up_to(seq)
 
     async def server_settings(self, server_id: str) -> ServerSettings:
         check_id("server_id", server_id)
@@ -342,7 +262,7 @@ class Memory:
             return
         seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
         self.known_settings.put_users({user_id: settings})
-        await self._caught_up_to(seq)
+        await self.journal.caught_up_to(seq)
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)
@@ -364,7 +284,7 @@ class Memory:
         """What ``key`` remembers now, or ``None`` when nothing is live."""
         if not isinstance(key, ScopeKey):
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
-        await self._follow()
+        await self.journal.follow()
         now = self.clock()
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)
@@ -382,7 +302,7 @@ class Memory:
     async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
         """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
         lands while the row is in flight wins over it."""
-        fence = WriteFence(self._head)
+        fence = WriteFence(self.journal.head)
         row = await self.store.load(key)
         self.health.count("read_through")
         if row is not None:
@@ -397,7 +317,7 @@ class Memory:
             await self._settle(kind, owner_id, now)
         entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         if not complete:
-            fence = WriteFence(self._head)
+            fence = WriteFence(self.journal.head)
             rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
             self.health.count("read_through")
             await self.cache.apply_rows(rows, now, fence)
@@ -409,7 +329,7 @@ class Memory:
         """Read through this owner's scopes whose last write had an unknown outcome, so the
         hot tier never disagrees with the durable tier for longer than one call."""
         for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
-            fence = WriteFence(self._head)
+            fence = WriteFence(self.journal.head)
             row = await self.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
             self._unsure.discard(kt)
             if row is not None:
@@ -426,80 +346,23 @@ class Memory:
         user_id: str | None = None,
         persona_id: str | EllipsisType | None = ...,
     ) -> list[ScopeRow]:
-        """Durable rows matching every filter given, sorted by key (an admin view: values
-        are shown as stored, expired or not; messages live in the hot tier only).
-
-        One indexed query, so the cost follows the k rows it returns: ``user_id`` reads that
-        user's scopes, ``channel_id`` every scope of the channel, ``server_id`` alone the
-        server's shared scopes. ``persona_id``: ``...`` any (the default), ``None`` no
-        persona, or an id. User scopes of a server are listed with ``user_id`` or
-        ``channel_id`` (they are indexed by user and by channel, not by server).
-        """
-        if kind is not None and kind not in ("user", "server"):
-            raise InvalidInput("kind", kind, "'user', 'server' or None")
-        check_optional_id("server_id", server_id)
-        check_optional_id("channel_id", channel_id)
-        check_optional_id("user_id", user_id)
-        if persona_id is not ...:
-            check_optional_id("persona_id", persona_id)
-        if user_id is not None:
-            if kind == "server":
-                raise InvalidInput(
-                    "kind", kind, "'user' or None with user_id (users own user scopes)"
-                )
-            rows = await self.store.load_owner("user", user_id)
-        elif channel_id is not None:
-            rows = await self.store.load_channel(channel_id)
-        elif server_id is not None:
-            if kind == "user":
-                raise InvalidInput(
-                    "kind", kind, "'server' or None with server_id alone; add user_id or channel_id"
-                )
-            rows = await self.store.load_owner("server", server_id)
-        else:
-            raise InvalidInput(
-                "filters",
-                None,
-                "at least one of server_id, channel_id or user_id (export_rows streams everything)",
-            )
-        found = [
-            r
-            for r in rows
-            if (kind is None or r.key.kind == kind)
-            and (server_id is None or r.meta.server_id == server_id)
-            and (channel_id is None or r.key.channel_id == channel_id)
-            and (persona_id is ... or r.key.persona_id == persona_id)
-        ]
-        found.sort(
-            key=lambda r: (r.key.kind, r.key.owner_id, r.key.channel_id, r.key.persona_id or "")
+        """Durable rows matching every filter given, sorted by key: see :func:`admin.find_rows`."""
+        return await admin.find_rows(
+            self.store,
+            kind=kind,
+            server_id=server_id,
+            channel_id=channel_id,
+            user_id=user_id,
+            persona_id=persona_id,
         )
-        return found
 
     async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
-        """The servers that have durable shared (server-scope) rows, by id ascending: the
-        first ``limit`` (1-1000) whose id sorts after ``after``. Pass the last id of a full
-        page as ``after`` to get the next page. Each comes with its row count, the newest
-        ``updated_at`` of those rows and its name (from the most recently updated row that
-        knows one; ``None`` if none does). One indexed range per page: the cost follows the
-        page, never the size of the store. Ids sort by code point (PostgreSQL: in the
-        database's collation). Servers whose only rows are users' personal scopes are not
-        listed (user scopes are indexed by user and channel, not by server).
-        """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_SERVERS_PAGE
-        ):
-            raise InvalidInput("limit", limit, f"an integer from 1 to {MAX_SERVERS_PAGE}")
-        check_optional_id("after", after)
-        return await self.store.list_servers(after=after, limit=limit)
+        """The servers with durable shared rows, a page at a time: see :func:`admin.servers`."""
+        return await admin.servers(self.store, after=after, limit=limit)
 
     def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
-        """Stream every durable row in batches of at most ``batch_rows`` (a backup of the
-        durable tier; crude messages are never durable, so they are not part of it)."""
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise InvalidInput("batch_rows", batch_rows, "a positive integer")
-        return self.store.iter_rows(batch_rows=batch_rows)
+        """Stream every durable row in batches: see :func:`admin.export_rows`."""
+        return admin.export_rows(self.store, batch_rows=batch_rows)
 
     async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
         """Write whole durable rows (a restore), all of them or none, and mirror them in the
@@ -516,7 +379,7 @@ class Memory:
                 raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
             seen.add(row.key.astuple)
         await self.refresh_settings()
-        fence = WriteFence(self._head)
+        fence = WriteFence(self.journal.head)
         known = self.known_settings
         allowed = [
             r
@@ -581,7 +444,7 @@ class Memory:
         durable: dict[tuple[Any, ...], ScopeRow] | None
         try:
             if fence.store_down:
-                raise StoreUnavailable(self._follow_error)
+                raise StoreUnavailable(self.journal.error)
             rows = await self.store.touch(
                 [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
             )
@@ -625,7 +488,7 @@ class Memory:
         """
         now = self.clock()
         if fence.store_down:
-            raise StoreUnavailable(self._follow_error)
+            raise StoreUnavailable(self.journal.error)
         try:
             rows = await self.store.write_distilled(
                 scopes, change, reset_counter=reset_counter, now=now, fence=fence
@@ -652,12 +515,6 @@ class Memory:
 
     # -- deletion: every forget is journaled durably, then applied here, then followed ------
 
-    async def _caught_up_to(self, seq: int) -> None:
-        """After our own journal entry ``seq``: read the journal up to it, so entries other
-        processes wrote before it are applied too and our position can pass it."""
-        if self._head < seq:
-            await self._catch_up()
-
     async def _forget(
         self, targets: Sequence[str], durable: Callable[[], Any], hot: Callable[[], Any]
     ) -> int:
@@ -675,7 +532,7 @@ class Memory:
         now = self.clock()
         await self.cache.record_forget(forgotten.seq, targets, now)
         evicted = await hot()
-        await self._caught_up_to(forgotten.seq)
+        await self.journal.caught_up_to(forgotten.seq)
         return max(int(forgotten.rows), int(evicted))
 
     @one_call
@@ -751,69 +608,3 @@ class Memory:
         out["hydration_s"] = round(self.hydration_s, 6)
         out["degraded"] = self.health.degraded
         return out
-
-
-class _Opening:
-    """``await shortterm.open(...)`` or ``async with shortterm.open(...) as memory``."""
-
-    def __init__(self, factory: Callable[[], Memory], *, hydrate: bool = True) -> None:
-        self._factory = factory
-        self._hydrate = hydrate
-        self._memory: Memory | None = None
-
-    async def _open(self) -> Memory:
-        memory = self._factory()
-        try:
-            await memory._start(hydrate=self._hydrate)
-        except BaseException:
-            await memory.close()
-            raise
-        self._memory = memory
-        return memory
-
-    def __await__(self) -> Generator[Any, None, Memory]:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> Memory:
-        return await self._open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._memory is not None:
-            await self._memory.close()
-
-
-def open(
-    store: str | Store = DEFAULT_STORE_URL,
-    cache: str | HotTier = "memory://",
-    *,
-    config: Config | None = None,
-    clock: Clock | None = None,
-    hydrate: bool = True,
-) -> _Opening:
-    """Open working memory: apply migrations and hydrate the rows still inside their TTL.
-
-    ``store`` and ``cache`` are URLs (``sqlite:///shortterm.db``, ``memory://``,
-    ``postgresql://…``, ``redis://…``) or backend objects you built yourself.
-    ``hydrate=False`` skips the bulk load: reads then go to the durable tier on a miss, so a
-    short-lived process (an admin command) costs what it touches, not the size of the store.
-    """
-    cfg = config if config is not None else Config()
-    if not isinstance(cfg, Config):
-        raise InvalidInput("config", config, "a shortterm.Config")
-    if clock is not None and not callable(clock):
-        raise InvalidInput("clock", clock, "a callable returning epoch seconds")
-    chosen_clock: Clock = clock if clock is not None else time.time
-    if not isinstance(hydrate, bool):
-        raise InvalidInput("hydrate", hydrate, "True or False")
-
-    def factory() -> Memory:
-        st = make_store(store) if isinstance(store, str) else store
-        ca = make_cache(cache, cfg) if isinstance(cache, str) else cache
-        return Memory(store=st, cache=ca, config=cfg, clock=chosen_clock)
-
-    return _Opening(factory, hydrate=hydrate)

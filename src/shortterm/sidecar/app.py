@@ -15,7 +15,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from .. import __version__
-from ..memory.facade import MAX_SERVERS_PAGE, Memory
+from ..memory.admin import MAX_SERVERS_PAGE
+from ..memory.facade import Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
 from ..model.config import Config
 from ..model.errors import InvalidInput

@@ -9,8 +9,8 @@ from typing import Any
 
 import uvicorn
 
+from ..memory import open as open_memory
 from ..memory.backends import shown_url
-from ..memory.facade import open as open_memory
 from ..model.config import Config
 from .app import create_app
 from .quickstart import quickstart_lines

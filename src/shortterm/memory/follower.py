@@ -1,0 +1,117 @@
+"""Following the forget journal: this process's position in it, and catching up.
+
+Every forget, settings change and distilled write is journaled durably. Before a call returns,
+the facade applies what other processes journaled since its position (a cheap check when
+nothing moved); a write is fenced at that position, so only what comes later can overtake it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..model import ScopeKey
+from ..model.errors import StoreUnavailable
+from ..model.fence import JournalEntry, WriteFence
+
+if TYPE_CHECKING:
+    from .facade import Memory
+
+__all__ = ["JournalFollower"]
+
+_JOURNAL_PAGE = 1000
+
+
+class JournalFollower:
+    """The journal position of one ``Memory``: every forget and settings change up to
+    ``head`` is reflected in this process (hot tier, tombstones, settings)."""
+
+    def __init__(self, memory: Memory) -> None:
+        # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
+        self._memory = memory
+        self.head = 0
+        self.behind = False  # a journal read failed: read it on the next call
+        self.error = ""  # why the last journal read failed
+
+    async def follow(self) -> bool:
+        """Apply what other processes journaled since our position. Costs a cheap check
+        (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns
+        False when the durable tier is failing: nothing is read then (a call waits for a dead
+        server once, not twice), our position stays, and a write fenced at it can only be
+        dropped too often, never resurrect anything; the journal is read once it is back."""
+        m = self._memory
+        if m.health.degraded:
+            # Known to be failing: don't wait for it here too. The call's own durable work
+            # finds out whether it is back (and then the journal is read on the next call).
+            self.behind = True
+            return True
+        try:
+            if m.store.journal_moved() or self.behind:
+                self.behind = True
+                await self.catch_up()
+                self.behind = False
+        except StoreUnavailable as exc:
+            self.error = str(exc)
+            m.health.count("journal_errors")
+            m.health.failed("journal read", exc, counted=False)
+            return False
+        return True
+
+    async def catch_up(self) -> None:
+        m = self._memory
+        while True:
+            entries = await m.store.journal_since(self.head, limit=_JOURNAL_PAGE)
+            if not entries:
+                return
+            now = m.clock()
+            reload = False
+            for entry in entries:
+                reload |= await self._apply(entry, now)
+            if reload:
+                await self._reload_settings()
+            # Only now: a write fenced at the new position relies on all of the above.
+            self.head = max(self.head, entries[-1].seq)
+            m.health.count("journal_entries", len(entries))
+            if len(entries) < _JOURNAL_PAGE:
+                return
+
+    async def _apply(self, entry: JournalEntry, now: float) -> bool:
+        """Reflect one journal entry here; returns whether settings must be reloaded."""
+        m = self._memory
+        cache, kind, subject = m.cache, entry.kind, entry.subject
+        if kind in ("user_settings", "server_settings"):
+            if entry.targets and not cache.shared:
+                await cache.record_forget(entry.seq, entry.targets, now)
+            return True
+        if cache.shared:
+            return kind == "user"  # the forgetting process already changed the shared tier
+        if entry.targets:
+            await cache.record_forget(entry.seq, entry.targets, now)
+        if kind == "channel" and subject[0] is not None:
+            await cache.delete_channel(subject[0])
+        elif kind == "user" and subject[0] is not None:
+            await cache.forget_user_target(subject[0], now)
+            return True
+        elif kind == "server_channel" and subject[0] is not None and subject[1] is not None:
+            await cache.delete(ScopeKey.server(subject[0], subject[1], subject[2]))
+        elif kind == "edit" and len(subject) == 4:
+            k, owner, channel, persona = subject
+            if k in ("user", "server") and owner is not None and channel is not None:
+                key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
+                row = await m.store.load(key)
+                if row is None:
+                    await cache.delete(key)
+                else:
+                    await cache.apply_rows([row], now, WriteFence(entry.seq))
+        return False
+
+    async def _reload_settings(self) -> None:
+        m = self._memory
+        servers = await m.store.server_settings_since(0.0)
+        users = await m.store.user_settings_since(0.0)
+        m.known_settings.replace(servers, users)
+
+    async def caught_up_to(self, seq: int) -> None:
+        """After our own journal entry ``seq``: read the journal up to it, so entries other
+        processes wrote before it are applied too and our position can pass it."""
+        if self.head < seq:
+            await self.catch_up()
