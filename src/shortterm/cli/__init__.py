@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
     from ..memory.facade import Memory, _Opening
     from ..model import Entry, ScopeRow
-    from ..transfer.rows import ImportReport, Progress
+    from ..transfer.progress import Progress, RichBar
+    from ..transfer.report import ImportReport
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -171,55 +172,11 @@ def _err() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-class _Bar:
-    """A rich progress bar on stderr, drawn only on a terminal (the drivers' ``Progress``)."""
+def _bar() -> RichBar:
+    """The progress bar of export and import: on stderr, drawn only on a terminal."""
+    from ..transfer.progress import RichBar
 
-    def __init__(self) -> None:
-        from rich.filesize import decimal
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            ProgressColumn,
-            SpinnerColumn,
-            Task,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.text import Text
-
-        class Done(ProgressColumn):
-            def render(self, task: Task) -> Text:
-                unit = task.fields.get("unit", "rows")
-                show: Callable[[float], str] = lambda n: str(int(n))  # noqa: E731
-                if unit == "bytes":
-                    show, unit = (lambda n: decimal(int(n))), ""
-                total = "?" if task.total is None else show(task.total)
-                return Text(f"{show(task.completed)}/{total} {unit}".rstrip())
-
-        console = _err()
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            Done(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not console.is_terminal,
-        )
-        self._task: Any = None
-
-    def start(self, description: str, total: int | None, unit: str = "rows") -> None:
-        if self._task is not None:
-            self._progress.stop_task(self._task)
-        self._task = self._progress.add_task(description, total=total, unit=unit)
-
-    def advance(self, amount: int) -> None:
-        self._progress.advance(self._task, amount)
-
-    @contextmanager
-    def shown(self) -> Iterator[_Bar]:
-        with self._progress:
-            yield self
+    return RichBar(_err())
 
 
 @contextmanager
@@ -917,7 +874,7 @@ def export(
 
     async def go() -> int:
         async with _open(store, cache) as memory:
-            with _Bar().shown() as bar:
+            with _bar().shown() as bar:
                 return await export_jsonl(memory, target, progress=bar, **filters)
 
     count = _run(go())
@@ -932,61 +889,19 @@ def _import_jsonl(
     return import_jsonl(memory, source, dry_run=dry_run, progress=progress)
 
 
-class ImportOutcome(Protocol):
-    def describe(self) -> list[str]: ...
-
-
-class _DiscordOutcome:
-    def __init__(self, report: Any) -> None:
-        self.report = report
-
-    def describe(self) -> list[str]:
-        r = self.report
-        if r.key is None:
-            return [f"nothing imported from {r.file}: {r.reason}"]
-        verb = "would import" if r.dry_run else "imported"
-        lines = [
-            f"{verb} {r.imported} message(s) into #{r.channel_name or r.channel_id} "
-            f"({r.messages_kept} kept; skipped {r.skipped_system} system, "
-            f"{r.skipped_empty} empty, {r.skipped_private} by full-privacy authors)"
-        ]
-        if r.process_local and not r.dry_run:
-            lines.append(
-                "warning: the messages went into this command's in-process hot tier and are "
-                "gone when it exits; import into a shared cache with --cache redis://..."
-            )
-        return lines
-
-
-class _BytesRead:
-    """The exporter reports bytes read so far; the bar wants increments."""
-
-    def __init__(self, progress: Progress, name: str) -> None:
-        self.progress, self.name, self.done = progress, name, -1
-
-    def update(self, step: Any) -> None:
-        if self.done < 0:
-            self.progress.start(self.name, step.bytes_total or None, unit="bytes")
-            self.done = 0
-        self.progress.advance(step.bytes_read - self.done)
-        self.done = step.bytes_read
-
-
 async def _import_discord(
     memory: Memory, source: Any, dry_run: bool, progress: Progress
-) -> ImportOutcome:
+) -> ImportReport:
     from ..integrations.chat_exporter import import_export_file
 
     if not isinstance(source, str):
         raise click.UsageError("a DiscordChatExporter import reads a file, not standard input")
-    bar = _BytesRead(progress, source)
-    result = await import_export_file(memory, source, progress=bar.update, dry_run=dry_run)
-    return _DiscordOutcome(result)
+    return await import_export_file(memory, source, progress=progress, dry_run=dry_run)
 
 
 # Import formats by name: each reads SOURCE (a path, or stdin's binary stream) into memory,
-# with `dry_run` writing nothing, and returns what it did (lines to print). Others register here.
-Importer = Callable[["Memory", Any, bool, "Progress"], Coroutine[Any, Any, ImportOutcome]]
+# with `dry_run` writing nothing, and returns what it did (an ImportReport). Others register here.
+Importer = Callable[["Memory", Any, bool, "Progress"], Coroutine[Any, Any, "ImportReport"]]
 IMPORT_FORMATS: dict[str, Importer] = {"jsonl": _import_jsonl, "discord": _import_discord}
 
 
@@ -1016,9 +931,9 @@ def import_(store: str, cache: str, source: str, fmt: str, dry_run: bool) -> Non
     reader = IMPORT_FORMATS[fmt]
     stream: Any = sys.stdin.buffer if source == "-" else source
 
-    async def go() -> ImportOutcome:
+    async def go() -> ImportReport:
         async with _open(store, cache) as memory:
-            with _Bar().shown() as bar:
+            with _bar().shown() as bar:
                 return await reader(memory, stream, dry_run, bar)
 
     for line in _run(go()).describe():

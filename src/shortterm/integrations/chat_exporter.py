@@ -56,6 +56,8 @@ from ..memory.facade import Memory
 from ..model import Message, Privacy, ScopeKey, ScopeMeta, check_id
 from ..model.errors import InvalidInput, ShortTermError
 from ..model.text import clean_text, truncate
+from ..transfer.progress import Progress, RichBar
+from ..transfer.report import ImportReport
 from ._markup import clean_name, compose, embed_note, resolve_markup, sticker_note
 
 __all__ = [
@@ -122,64 +124,46 @@ class ImportProgress:
     messages_seen: int
 
 
-@dataclass(frozen=True, slots=True)
-class ImportReport:
-    """What an import did. ``key`` is ``None`` when nothing was written (``reason`` says why)."""
-
-    file: str
-    key: ScopeKey | None
-    server_id: str | None
-    channel_id: str
-    channel_name: str | None
-    messages_seen: int  # message objects in the file
-    messages_kept: int  # written to the scope (after merging with what it held)
-    imported: int  # of those, taken from the file
-    skipped_system: int
-    skipped_empty: int
-    skipped_private: int  # by authors with full privacy
-    first_at: float | None  # the oldest and newest imported message
-    last_at: float | None
-    process_local: bool  # the messages live in this process's hot tier only
-    dry_run: bool = False
-    reason: str | None = None
-
-
-@contextlib.contextmanager
 def progress_bar(
     description: str = "importing", *, console: Any = None
-) -> Iterator[Callable[[ImportProgress], None]]:
-    """A rich progress bar (bytes, rate, time left) as a ``progress`` callback::
+) -> contextlib.AbstractContextManager[Callable[[ImportProgress], None]]:
+    """A rich progress bar (bytes, messages, time) as a ``progress`` callback::
 
         with progress_bar("general.json") as progress:
             report = await import_export_file(memory, path, progress=progress)
 
-    ``console`` is a ``rich.console.Console`` (default: standard error).
+    ``console`` is a ``rich.console.Console`` (default: standard error). The bar is the
+    command line's :class:`~shortterm.transfer.progress.RichBar`, drawn even off a terminal.
     """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    return _drawn(RichBar(console, only_on_terminal=False), description)
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[messages]} messages"),
-    )
-    with Progress(*columns, console=console or Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(description, total=None, messages=0)
 
-        def update(p: ImportProgress) -> None:
-            bar.update(task, completed=p.bytes_read, total=p.bytes_total, messages=p.messages_seen)
+@contextlib.contextmanager
+def _drawn(bar: RichBar, description: str) -> Iterator[Callable[[ImportProgress], None]]:
+    advance = _as_snapshots(bar, description)
 
+    def update(step: ImportProgress) -> None:
+        advance(step)
+        bar.note(f"{step.messages_seen} messages")
+
+    with bar.shown():
         yield update
+
+
+def _as_snapshots(progress: Progress, description: str) -> Callable[[ImportProgress], None]:
+    """A :class:`Progress` fed from snapshots: the reader knows bytes read so far, a
+    ``Progress`` wants increments."""
+    done = -1
+
+    def update(step: ImportProgress) -> None:
+        nonlocal done
+        if done < 0:
+            progress.start(description, step.bytes_total or None, unit="bytes")
+            done = 0
+        progress.advance(step.bytes_read - done)
+        done = step.bytes_read
+
+    return update
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -600,7 +584,7 @@ async def import_export_file(
     memory: Memory,
     path: str | os.PathLike[str],
     *,
-    progress: Callable[[ImportProgress], None] | None = None,
+    progress: Progress | Callable[[ImportProgress], None] | None = None,
     persona_id: str | None = None,
     persona_lineage_id: str | None = None,
     bot_ids: Collection[str] | None = None,
@@ -608,7 +592,8 @@ async def import_export_file(
 ) -> ImportReport:
     """Warm one channel's memory from a DiscordChatExporter JSON export (see the module doc).
 
-    ``progress`` is called as the file is read; ``persona_id`` / ``persona_lineage_id`` name
+    ``progress`` is told as the file is read: a :class:`Progress` (one phase, in bytes), or a
+    function called with each :class:`ImportProgress`; ``persona_id`` / ``persona_lineage_id`` name
     the persona whose memory of the channel this becomes; ``bot_ids`` are the author ids that
     count as the bot (default: every bot author). ``dry_run`` reads and checks the whole file
     and reports what would be written, writing nothing.
@@ -633,9 +618,11 @@ async def import_export_file(
     private: dict[str, bool] = {}
     seen_messages = False
 
+    told = _as_snapshots(progress, file) if isinstance(progress, Progress) else progress
+
     def report_progress() -> None:
-        if progress is not None:
-            progress(ImportProgress(min(reader.bytes_read, total), total, tally.seen))
+        if told is not None:
+            told(ImportProgress(min(reader.bytes_read, total), total, tally.seen))
 
     try:
         if total == 0:
@@ -738,6 +725,7 @@ async def _write(
         key: ScopeKey | None, kept: int, imported: list[Message], reason: str | None
     ) -> ImportReport:
         return ImportReport(
+            format="discord",
             file=file,
             key=key,
             server_id=where.server_id,
