@@ -7,6 +7,7 @@ command line stays cheap.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -126,8 +127,44 @@ def ago(then: float | None, now: float) -> str:
     return "—" if then is None else relative_time(then, now)
 
 
-def filter_options(fn: F) -> F:
-    """The row filters shared by ``inspect`` and ``export``."""
+def filter_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """The row filters shared by ``inspect`` and ``export``, checked and handed to the
+    command as one ``filters`` argument (the keyword arguments of ``Memory.find_rows``)."""
+
+    @functools.wraps(fn)
+    def with_filters(
+        *args: Any,
+        server_id: str | None,
+        channel_id: str | None,
+        user_id: str | None,
+        persona_id: str | None,
+        no_persona: bool,
+        kind: str | None,
+        **kwargs: Any,
+    ) -> None:
+        if persona_id is not None and no_persona:
+            raise InvalidInput("persona", persona_id, "either --persona or --no-persona, not both")
+        narrowing = persona_id is not None or no_persona or kind is not None
+        if narrowing and server_id is None and channel_id is None and user_id is None:
+            raise click.UsageError(
+                "--persona, --no-persona and --kind narrow --server, --channel or --user"
+            )
+        filters: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("server_id", server_id),
+                ("channel_id", channel_id),
+                ("user_id", user_id),
+                ("persona_id", persona_id),
+                ("kind", kind),
+            )
+            if value is not None
+        }
+        if no_persona:
+            filters["persona_id"] = None
+        fn(*args, filters=filters, **kwargs)
+
+    wrapped: Callable[..., None] = with_filters
     for option in reversed(
         [
             click.option("--server", "server_id", help="Rows of this server."),
@@ -140,36 +177,5 @@ def filter_options(fn: F) -> F:
             ),
         ]
     ):
-        fn = option(fn)
-    return fn
-
-
-def row_filters(
-    server_id: str | None,
-    channel_id: str | None,
-    user_id: str | None,
-    persona_id: str | None,
-    no_persona: bool,
-    kind: str | None,
-) -> dict[str, Any]:
-    if persona_id is not None and no_persona:
-        raise InvalidInput("persona", persona_id, "either --persona or --no-persona, not both")
-    narrowing = persona_id is not None or no_persona or kind is not None
-    if narrowing and server_id is None and channel_id is None and user_id is None:
-        raise click.UsageError(
-            "--persona, --no-persona and --kind narrow --server, --channel or --user"
-        )
-    filters: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("server_id", server_id),
-            ("channel_id", channel_id),
-            ("user_id", user_id),
-            ("persona_id", persona_id),
-            ("kind", kind),
-        )
-        if value is not None
-    }
-    if no_persona:
-        filters["persona_id"] = None
-    return filters
+        wrapped = option(wrapped)
+    return wrapped

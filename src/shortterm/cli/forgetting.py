@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from .app import main
 from .common import confirm, memory_for, memory_options, run
+
+if TYPE_CHECKING:
+    from ..memory.facade import Memory
 
 
 @main.group()
@@ -20,7 +26,17 @@ def clear() -> None:
     """
 
 
-def _cleared(count: int) -> None:
+def _forget(
+    store: str, cache: str, question: str, yes: bool, how: Callable[[Memory], Awaitable[int]]
+) -> None:
+    """Every ``clear`` command: ask, forget ``how`` it says, and tell how many entries went."""
+    confirm(question, yes)
+
+    async def go() -> int:
+        async with memory_for(store, cache) as memory:
+            return await how(memory)
+
+    count = run(go())
     click.echo(f"forgot {count} entr{'y' if count == 1 else 'ies'}")
 
 
@@ -34,13 +50,13 @@ def clear_channel(store: str, cache: str, channel_id: str, yes: bool) -> None:
     \b
     Example: shortterm clear channel 222
     """
-    confirm(f"Forget everything remembered in channel {channel_id}?", yes)
-
-    async def go() -> int:
-        async with memory_for(store, cache) as memory:
-            return await memory.clear_channel(channel_id)
-
-    _cleared(run(go()))
+    _forget(
+        store,
+        cache,
+        f"Forget everything remembered in channel {channel_id}?",
+        yes,
+        lambda memory: memory.clear_channel(channel_id),
+    )
 
 
 @clear.command("user")
@@ -53,13 +69,13 @@ def clear_user(store: str, cache: str, user_id: str, yes: bool) -> None:
     \b
     Example: shortterm clear user 111 --yes
     """
-    confirm(f"Forget user {user_id} everywhere?", yes)
-
-    async def go() -> int:
-        async with memory_for(store, cache) as memory:
-            return await memory.clear_user(user_id)
-
-    _cleared(run(go()))
+    _forget(
+        store,
+        cache,
+        f"Forget user {user_id} everywhere?",
+        yes,
+        lambda memory: memory.clear_user(user_id),
+    )
 
 
 @clear.command("server-channel")
@@ -77,13 +93,13 @@ def clear_server_channel(
     Example: shortterm clear server-channel 333 222 --persona 7
     """
     who = f"persona {persona_id}" if persona_id is not None else "no persona"
-    confirm(f"Forget the shared memory of channel {channel_id} in {server_id} ({who})?", yes)
-
-    async def go() -> int:
-        async with memory_for(store, cache) as memory:
-            return await memory.clear_server_channel(server_id, channel_id, persona_id)
-
-    _cleared(run(go()))
+    _forget(
+        store,
+        cache,
+        f"Forget the shared memory of channel {channel_id} in {server_id} ({who})?",
+        yes,
+        lambda memory: memory.clear_server_channel(server_id, channel_id, persona_id),
+    )
 
 
 @main.command()

@@ -15,7 +15,6 @@ from .common import (
     filter_options,
     memory_for,
     memory_options,
-    row_filters,
     run,
     stdout_console,
     store_to_read,
@@ -93,12 +92,7 @@ def _print_json(obj: Any) -> None:
 def inspect(
     store: str,
     cache: str,
-    server_id: str | None,
-    channel_id: str | None,
-    user_id: str | None,
-    persona_id: str | None,
-    no_persona: bool,
-    kind: str | None,
+    filters: dict[str, Any],
     limit: int,
     as_json: bool,
 ) -> None:
@@ -112,7 +106,6 @@ def inspect(
     \b
     Example: shortterm inspect --server 333 --channel 222 --persona 7
     """
-    filters = row_filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
     if not filters:
         raise click.UsageError("pass --server, --channel or --user (export lists every row)")
     where = store_to_read(store)

@@ -17,7 +17,6 @@ from .common import (
     filter_options,
     memory_for,
     memory_options,
-    row_filters,
     run,
     store_to_read,
     transfer_bar,
@@ -37,12 +36,7 @@ def export(
     store: str,
     cache: str,
     destination: str,
-    server_id: str | None,
-    channel_id: str | None,
-    user_id: str | None,
-    persona_id: str | None,
-    no_persona: bool,
-    kind: str | None,
+    filters: dict[str, Any],
 ) -> None:
     """Write durable rows as JSON lines to DESTINATION (default: stdout).
 
@@ -55,7 +49,6 @@ def export(
     """
     from ..transfer.rows import export_jsonl
 
-    filters = row_filters(server_id, channel_id, user_id, persona_id, no_persona, kind)
     target: Any = sys.stdout if destination == "-" else destination
     where = store_to_read(store)
 
