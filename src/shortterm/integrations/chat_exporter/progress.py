@@ -32,11 +32,13 @@ def progress_bar(
     ``console`` is a ``rich.console.Console`` (default: standard error). The bar is the
     command line's :class:`~shortterm.transfer.progress.RichBar`, drawn even off a terminal.
     """
-    return _drawn(RichBar(console, only_on_terminal=False), description)
+    return _counting_messages(RichBar(console, only_on_terminal=False), description)
 
 
 @contextlib.contextmanager
-def _drawn(bar: RichBar, description: str) -> Iterator[Callable[[ImportProgress], None]]:
+def _counting_messages(
+    bar: RichBar, description: str
+) -> Iterator[Callable[[ImportProgress], None]]:
     advance = as_snapshots(bar, description)
 
     def update(step: ImportProgress) -> None:
