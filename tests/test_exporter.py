@@ -25,12 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shortterm
-from shortterm.integrations import chat_exporter as exporter
 from shortterm.integrations.chat_exporter import (
     ExportFormatError,
     ImportProgress,
     import_export_file,
 )
+from shortterm.integrations.chat_exporter import reader as exporter
 from tests.support import FakeClock, clear_redis_prefix, service_url, with_query
 
 GUILD = "300000000000000003"

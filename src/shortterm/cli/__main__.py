@@ -1,5 +1,5 @@
 """``python -m shortterm.cli``: the same command as ``shortterm``."""
 
-from . import main
+from .app import main
 
 main()

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .. import open as open_memory
 from ..memory.facade import Memory
+from ..memory.turn import Turn
 from ..model import Entry, Message, Reply, ScopeKey
 
 ANA, BEN = "1001", "1002"
@@ -126,6 +127,27 @@ def _all_keys() -> list[ScopeKey]:
     return keys
 
 
+def _turn(
+    memory: Memory, user: str, server: str | None, channel: str, persona: str, says: str
+) -> Turn:
+    """A turn of the demo's cast: names and persona lineages come from the tables above."""
+    return memory.turn(
+        user_id=user,
+        channel_id=channel,
+        server_id=server,
+        persona_id=persona,
+        persona_lineage_id=LINEAGE[persona],
+        user_message=says,
+        user_name=NAMES[user],
+        bot_name=NAMES[persona],
+    )
+
+
+def _ana_asks_tomo(memory: Memory, channel: str, says: str) -> Turn:
+    """The scripted follow-ups: Ana talking to Tomo in the first server."""
+    return _turn(memory, ANA, GUILD_A, channel, TOMO, says)
+
+
 async def _snapshot(memory: Memory) -> list[tuple[ScopeKey, Entry | None]]:
     return [(key, await memory.get(key)) for key in _all_keys()]
 
@@ -148,16 +170,7 @@ async def run_demo(
     out.rule("[bold]shortterm demo[/] — one morning of chat")
     async with open_memory(store=store, cache=cache, clock=clock) as memory:
         for user, server, channel, persona, says, replies in SCRIPT:
-            turn = memory.turn(
-                user_id=user,
-                channel_id=channel,
-                server_id=server,
-                persona_id=persona,
-                persona_lineage_id=LINEAGE[persona],
-                user_message=says,
-                user_name=NAMES[user],
-                bot_name=NAMES[persona],
-            )
+            turn = _turn(memory, user, server, channel, persona, says)
             await turn.capture(
                 history=_history(user, says, clock()),
                 replies=[Reply(replies, persona_id=persona, persona_name=NAMES[persona])],
@@ -169,16 +182,7 @@ async def run_demo(
 
         # The model distils #general into a summary through its tool (the upgrade path).
         summary = "Hike on Saturday: ridge trail, 8am, north car park. Ana and Ben are going."
-        upgrade = memory.turn(
-            user_id=ANA,
-            channel_id=GENERAL,
-            server_id=GUILD_A,
-            persona_id=TOMO,
-            persona_lineage_id=LINEAGE[TOMO],
-            user_message="Can you keep track of the plan?",
-            user_name="Ana",
-            bot_name="Tomo",
-        )
+        upgrade = _ana_asks_tomo(memory, GENERAL, "Can you keep track of the plan?")
         offered = [t["function"]["name"] for t in upgrade.tools("openai")]
         result = await upgrade.call_tool("update_short_term_memory", {"summary": summary})
         again = await upgrade.call_tool("update_short_term_memory", {"summary": "twice?"})
@@ -187,16 +191,7 @@ async def run_demo(
         out.print(f"a second upgrade in the same turn: ok={again.ok} — {again.message}\n")
 
         # What Tomo is shown when Ana talks to it in #plans: #general's memory, as quoted data.
-        elsewhere = memory.turn(
-            user_id=ANA,
-            channel_id=PLANS,
-            server_id=GUILD_A,
-            persona_id=TOMO,
-            persona_lineage_id=LINEAGE[TOMO],
-            user_message="what did we settle?",
-            user_name="Ana",
-            bot_name="Tomo",
-        )
+        elsewhere = _ana_asks_tomo(memory, PLANS, "what did we settle?")
         ctx = await elsewhere.context()
         out.rule(f"context for Ana's next turn in #{PLANS}", style="dim")
         for item in ctx.items:
@@ -214,16 +209,7 @@ async def run_demo(
             f"{stats['hydration_s'] * 1000:.1f} ms; crude messages were cache-only by design."
         )
         out.print(_table("Remembered after the restart", await _snapshot(memory)))
-        turn = memory.turn(
-            user_id=ANA,
-            channel_id=GENERAL,
-            server_id=GUILD_A,
-            persona_id=TOMO,
-            persona_lineage_id=LINEAGE[TOMO],
-            user_message="What time was it again?",
-            user_name="Ana",
-            bot_name="Tomo",
-        )
+        turn = _ana_asks_tomo(memory, GENERAL, "What time was it again?")
         await turn.capture(
             history=_history(ANA, "What time was it again?", clock()),
             replies=[Reply("8am at the north car park.", persona_id=TOMO, persona_name="Tomo")],

@@ -19,7 +19,7 @@ from ..model.text import strip_controls, truncate
 from ..prompt.placeholders import sanitize_placeholders
 from . import texts
 
-__all__ = ["Refused", "clean_note", "max_argument_chars", "parse_arguments"]
+__all__ = ["Refused", "clean_note", "kind_of", "max_argument_chars", "parse_arguments"]
 
 # Cleaning removes few characters (braces, controls), so text beyond this many times the limit
 # is cut before it is cleaned: a 10 MB argument costs no more than a long note.
@@ -57,7 +57,9 @@ def _example(names: tuple[str, ...]) -> str:
     return json.dumps({names[0]: "..."})
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """What a decoded JSON value is, as a message names it: ``"a string"``, ``"null"``, …
+    (shared with the Discord import's validators, so both word a wrong type alike)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -99,7 +101,7 @@ def _decode(args: object, names: tuple[str, ...], max_chars: int) -> Mapping[Any
                 texts.BAD_JSON.format(error="nested too deeply", example=_example(names))
             ) from None
     if not isinstance(args, Mapping):
-        raise Refused(texts.NOT_OBJECT.format(example=_example(names), kind=_kind(args)))
+        raise Refused(texts.NOT_OBJECT.format(example=_example(names), kind=kind_of(args)))
     if not all(isinstance(k, str) for k in args):
         raise Refused(texts.BAD_KEY.format(example=_example(names)))
     return args
@@ -117,7 +119,7 @@ def _check_fields(args: Mapping[str, Any], names: tuple[str, ...]) -> None:
 def _text(args: Mapping[str, Any], name: str) -> str | None:
     value = args.get(name)
     if value is not None and not isinstance(value, str):
-        raise Refused(texts.NOT_A_STRING.format(field=name, kind=_kind(value)))
+        raise Refused(texts.NOT_A_STRING.format(field=name, kind=kind_of(value)))
     return value
 
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -44,6 +44,8 @@ from pydantic import (
 from ..model import ScopeKey, ScopeMeta, ScopeRow, check_id
 from ..model.errors import InvalidInput, StoreUnavailable
 from ..model.text import clean_text, truncate
+from .progress import Progress
+from .report import ImportReport
 
 if TYPE_CHECKING:
     from ..memory.facade import Memory
@@ -65,15 +67,6 @@ __all__ = [
 FORMAT_VERSION = 1
 MAX_PROBLEMS_SHOWN = 20
 MAX_LINE_BYTES = 4 << 20  # far above any row we write; a longer line is not ours
-
-
-class Progress(Protocol):
-    """Where the drivers report long work (the CLI draws a progress bar)."""
-
-    def start(self, description: str, total: int | None, unit: str = "rows") -> None:
-        """A new phase of ``total`` units (``"rows"`` or ``"bytes"``; ``None``: unknown)."""
-
-    def advance(self, amount: int) -> None: ...
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -325,30 +318,6 @@ def _text_out(destination: str | Path | IO[str]) -> Iterator[IO[str]]:
         raise
 
 
-@dataclass(frozen=True, slots=True)
-class ImportReport:
-    rows: int  # valid rows in the file
-    written: int  # rows written (0 for a dry run)
-    skipped_private: int  # user-scope rows left out for their owner's privacy setting
-    capped: int  # rows with a value cut to max_summary_chars
-    dry_run: bool = False
-
-    def describe(self) -> list[str]:
-        """What the import did, in lines for a person."""
-        if self.dry_run:
-            lines = [f"{self.rows} valid row(s); nothing written (dry run)"]
-        else:
-            lines = [f"imported {self.written} of {self.rows} row(s)"]
-        if self.skipped_private:
-            lines.append(
-                f"left out {self.skipped_private} user-scope row(s) of users whose privacy "
-                "setting forbids personal memory"
-            )
-        if self.capped:
-            lines.append(f"cut {self.capped} row(s) with values over max_summary_chars")
-        return lines
-
-
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
@@ -373,7 +342,7 @@ async def import_jsonl(
             progress.start("checking lines", size, "bytes")
         rows, capped = _validate(name, opener, max_chars, progress)
         if dry_run or rows == 0:
-            return ImportReport(rows, 0, 0, capped, dry_run=dry_run)
+            return ImportReport(format="jsonl", rows=rows, capped=capped, dry_run=dry_run)
         if progress is not None:
             progress.start("importing rows", rows)
         written = 0
@@ -391,7 +360,9 @@ async def import_jsonl(
                 f"{exc} (the import stopped after {written} of {rows} rows; rows replace "
                 "stored rows by key, so running the same import again completes it)"
             ) from exc
-    return ImportReport(rows, written, rows - written, capped)
+    return ImportReport(
+        format="jsonl", rows=rows, written=written, skipped_private=rows - written, capped=capped
+    )
 
 
 async def _write(memory: Memory, batch: list[ScopeRow], progress: Progress | None) -> int:

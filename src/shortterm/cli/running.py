@@ -1,0 +1,123 @@
+"""Trying the library out and serving it: ``demo``, ``serve`` (the HTTP sidecar), ``mcp``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..model.errors import ShortTermError
+from .app import main
+from .common import memory_options, run
+
+
+@main.command()
+@click.option(
+    "--store", default="sqlite:///shortterm-demo.db", show_default=True, help="Durable tier URL."
+)
+@click.option("--cache", default="memory://", show_default=True, help="Hot tier URL.")
+@click.option("--keep", is_flag=True, help="Keep the demo database instead of starting fresh.")
+def demo(store: str, cache: str, keep: bool) -> None:
+    """Run a scripted conversation and print what is remembered.
+
+    The demo starts from an empty database (unless --keep), so it has its own default store
+    and ignores SHORTTERM_STORE and SHORTTERM_CACHE.
+
+    \b
+    Example: shortterm demo --store sqlite:///demo.db
+    """
+    from .demo import run_demo
+
+    run(run_demo(store=store, cache=cache, fresh=not keep))
+
+
+@main.command()
+@click.option("--host", default=None, help="Address to listen on. [default: 127.0.0.1]")
+@click.option("--port", default=None, type=int, help="Port to listen on. [default: 8765]")
+@memory_options
+@click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
+def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
+    """Run the HTTP sidecar (JSON under /v1, /healthz, /metrics, /openapi.json).
+
+    On an address other than loopback it refuses to start without SHORTTERM_TOKEN, and with a
+    token every route but /healthz needs 'Authorization: Bearer <token>'. SHORTTERM_HOST,
+    SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S, SHORTTERM_MAX_TURNS and
+    the library's SHORTTERM_* settings are read from the environment.
+
+    \b
+    Example: shortterm serve --quickstart --store sqlite:///bot.db
+    Off loopback: SHORTTERM_TOKEN=... shortterm serve --host 0.0.0.0
+    """
+
+    from ..model.config import Config
+
+    try:
+        from ..sidecar.run import run
+        from ..sidecar.settings import SidecarSettings
+
+        settings = SidecarSettings.from_env(os.environ, host=host, port=port)
+        settings.check_exposure()
+        run(
+            settings,
+            store=store,
+            cache=cache,
+            config=Config.from_env(os.environ),
+            quickstart=quickstart,
+            echo=lambda line: click.echo(line, err=True),
+        )
+    except KeyboardInterrupt:  # Ctrl-C: the server already shut down gracefully
+        pass
+    except ShortTermError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+@main.command("mcp")
+@memory_options
+@click.option("--user-id", help="Fix the scope's user (else a tool argument).")
+@click.option("--channel-id", help="Fix the scope's channel (else a tool argument).")
+@click.option(
+    "--server-id", help="Fix the scope's server (none, with --user-id and --channel-id: a DM)."
+)
+@click.option("--persona-id", help="Fix the scope's persona.")
+@click.option("--persona-lineage-id", help="Recall only entries of this persona lineage.")
+@click.option("--bot-name", default="Assistant", show_default=True, help="The bot's name.")
+@click.option("--user-name", help="The user's display name.")
+@click.option("--server-name", help="The server's display name.")
+@click.option("--channel-name", help="The channel's display name.")
+def mcp(
+    store: str,
+    cache: str,
+    user_id: str | None,
+    channel_id: str | None,
+    server_id: str | None,
+    persona_id: str | None,
+    persona_lineage_id: str | None,
+    bot_name: str,
+    user_name: str | None,
+    server_name: str | None,
+    channel_name: str | None,
+) -> None:
+    """Serve memory to an MCP client over stdio (the update and read tools, a resource).
+
+    Give --user-id and --channel-id to fix the conversation: the model then reaches no other
+    memory. Parts you leave out become tool arguments. Needs: pip install 'shortterm[mcp]'.
+
+    \b
+    Example: shortterm mcp --store sqlite:///bot.db --user-id 111 --channel-id 222
+    """
+    from ..integrations.mcp import Scope, serve_stdio
+
+    scope = Scope(
+        user_id=user_id,
+        channel_id=channel_id,
+        server_id=server_id,
+        persona_id=persona_id,
+        persona_lineage_id=persona_lineage_id,
+        bot_name=bot_name,
+        user_name=user_name,
+        server_name=server_name,
+        channel_name=channel_name,
+    )
+    run(serve_stdio(store=store, cache=cache, scope=scope))
