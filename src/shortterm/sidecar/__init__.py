@@ -5,6 +5,7 @@
     settings.py    SidecarSettings (host, port, token, limits), read from SHORTTERM_* once
     schemas.py     the pydantic models of every request and response body
     app.py         create_app(memory, settings): the routes, one library call each
+    openapi.py     the OpenAPI document: FastAPI's, patched with examples, bounds, auth
     turns.py       the bounded registry of live turns (unguessable ids, TTL, LRU)
     middleware.py  request metrics, bearer auth, the body limit (pure ASGI)
     errors.py      every error mapped to a status code, in one place
@@ -25,7 +26,8 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - the dev install has the extra
     raise ExtraMissing("sidecar", exc.name or "fastapi") from exc
 
-from .app import create_app, openapi_document
+from .app import create_app
+from .openapi import openapi_document
 from .quickstart import quickstart_lines
 from .run import serve
 from .settings import SidecarSettings, is_loopback

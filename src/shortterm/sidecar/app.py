@@ -11,13 +11,11 @@ import functools
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from .. import __version__
 from ..memory.facade import MAX_SERVERS_PAGE, Memory
 from ..model import MAX_ID_CHARS, Entry, ScopeKey
-from ..model.config import Config
 from ..model.errors import InvalidInput
 from ..prompt.context import Context
 from ..prompt.inject import inject
@@ -25,13 +23,13 @@ from .errors import NotFound, install_error_handlers, openapi_errors
 from .inspector import build_inspector
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import (
-    OPEN_PATHS,
     BearerAuth,
     BodyLimit,
     BrowserGuard,
     RequestMetrics,
     RequestShape,
 )
+from .openapi import build_document
 from .schemas import (
     ID_PATTERN,
     CaptureIn,
@@ -55,7 +53,7 @@ from .schemas import (
 from .settings import SidecarSettings
 from .turns import RedisTurnRegistry, TurnRegistry, Turns
 
-__all__ = ["create_app", "openapi_document"]
+__all__ = ["create_app"]
 
 DESCRIPTION = """\
 Working memory for chat bots over HTTP: the `shortterm` library, one route per call.
@@ -496,64 +494,6 @@ def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> AP
     return router
 
 
-def _absent_is_null(parameter: dict[str, Any]) -> None:
-    """A query string cannot carry a JSON null: an optional parameter is simply omitted, so
-    the document gives its plain type instead of ``anyOf [type, null]``."""
-    schema = parameter.get("schema", {})
-    options = schema.get("anyOf")
-    if parameter.get("in") != "query" or not options:
-        return
-    kept = [o for o in options if o.get("type") != "null"]
-    if len(kept) == 1 and len(options) == 2:
-        del schema["anyOf"]
-        schema.update(kept[0])
-
-
-def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
-    """The OpenAPI document, with each model's first example shown on its request and
-    response bodies, the bounds this memory's configuration sets, and the bearer scheme
-    declared when a token is configured."""
-    if app.openapi_schema is not None:
-        return app.openapi_schema
-    doc = get_openapi(
-        title=app.title,
-        version=app.version,
-        description=app.description,
-        routes=app.routes,
-        tags=app.openapi_tags,
-    )
-    schemas = doc.get("components", {}).get("schemas", {})
-    server = schemas["ServerSettingsModel"]["properties"]
-    server["crude_message_count"]["maximum"] = config.max_messages
-    server["categories"]["maxItems"] = config.max_categories
-
-    def show_example(media: dict[str, Any]) -> None:
-        ref = media.get("schema", {}).get("$ref", "")
-        examples = schemas.get(ref.rsplit("/", 1)[-1], {}).get("examples")
-        if "example" not in media and "examples" not in media and examples:
-            media["example"] = examples[0]
-
-    for path, operations in doc["paths"].items():
-        for operation in operations.values():
-            for parameter in operation.get("parameters", ()):
-                _absent_is_null(parameter)
-            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
-            if body is not None:
-                show_example(body)
-            for status, response in operation["responses"].items():
-                media = response.get("content", {}).get("application/json")
-                if status.startswith("2") and media is not None:
-                    show_example(media)
-            if secured and path not in OPEN_PATHS:
-                operation["security"] = [{"bearer": []}]
-    if secured:
-        doc.setdefault("components", {})["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "SHORTTERM_TOKEN"}
-        }
-    app.openapi_schema = doc
-    return doc
-
-
 def _registry(memory: Memory, settings: SidecarSettings) -> Turns:
     """Turns shared through the cache's Redis when there is one (any replica serves any
     turn), else kept in this process."""
@@ -585,7 +525,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         generate_unique_id_function=lambda route: route.name,
     )
     secured = chosen.token is not None
-    app.openapi = functools.partial(_document, app, secured, memory.config)  # type: ignore[method-assign]
+    app.openapi = functools.partial(build_document, app, secured, memory.config)  # type: ignore[method-assign]
     app.state.memory = memory
     app.state.turns = turns
     app.state.metrics = metrics
@@ -626,22 +566,3 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.add_middleware(RequestShape)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
-
-
-def openapi_document(settings: SidecarSettings | None = None) -> dict[str, Any]:
-    """The sidecar's OpenAPI document, built from an app over a memory that is never opened
-    (building it touches no backend): for generated clients and schema tests."""
-    import time
-
-    from ..memory.backends import make_cache
-    from ..store.reference import ReferenceStore
-
-    config = Config()
-    unopened = Memory(
-        store=ReferenceStore(),
-        cache=make_cache("memory://", config),
-        config=config,
-        clock=time.time,
-    )
-    doc: dict[str, Any] = create_app(unopened, settings).openapi()
-    return doc
