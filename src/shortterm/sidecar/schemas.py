@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from .. import model as lib
 from ..model import MAX_ID_CHARS, ServerSummary
 from ..model.errors import InvalidInput
+from ..model.settings import SETTING_BOUNDS, TEXT_LIMITS
 from ..prompt.context import Context, ContextItem
 
 __all__ = [
@@ -64,13 +65,24 @@ def _whole(value: object) -> object:
     return value
 
 
+def _setting_bounds(name: str) -> Any:
+    """The constraint of an integer setting, from the library's own table."""
+    low, high = SETTING_BOUNDS[name]
+    return Field(strict=True, ge=low, le=high)
+
+
+def _at_most(name: str) -> StringConstraints:
+    """The length limit of a free-text setting, from the library's own table."""
+    return StringConstraints(max_length=TEXT_LIMITS[name])
+
+
 # Integers in bounds; 5.0 counts, a JSON string or boolean does not. (The validator comes
 # after the bounds, so the document shows them as minimum and maximum.)
 _WHOLE = BeforeValidator(_whole)
-Cadence = Annotated[int, Field(strict=True, ge=1, le=100), _WHOLE]
-RawCount = Annotated[int, Field(strict=True, ge=1, le=1000), _WHOLE]
-Depth = Annotated[int, Field(strict=True, ge=0, le=20), _WHOLE]
-ContentDepth = Annotated[int, Field(strict=True, ge=-1, le=20), _WHOLE]
+Cadence = Annotated[int, _setting_bounds("refresh_cadence"), _WHOLE]
+RawCount = Annotated[int, _setting_bounds("crude_message_count"), _WHOLE]
+Depth = Annotated[int, _setting_bounds("nudge_depth"), _WHOLE]
+ContentDepth = Annotated[int, _setting_bounds("content_depth"), _WHOLE]
 Tokens = Annotated[int, Field(strict=True, ge=1, le=1_000_000), _WHOLE]
 
 
@@ -544,8 +556,8 @@ class DeletedOut(BaseModel):
 
 
 class CategoryModel(_In):
-    label: Annotated[NonBlank, StringConstraints(max_length=100)]
-    description: Annotated[NonBlank, StringConstraints(max_length=500)]
+    label: Annotated[NonBlank, _at_most("category.label")]
+    description: Annotated[NonBlank, _at_most("category.description")]
 
 
 SERVER_SETTINGS_EXAMPLE: dict[str, Any] = {
@@ -573,8 +585,8 @@ class ServerSettingsModel(_In):
     crude_message_count: RawCount = Field(6, description="At most the memory's max_messages.")
     nudge_depth: Depth = 2
     content_depth: ContentDepth = -1
-    tool_description: Annotated[Text, StringConstraints(max_length=4000)] | None = None
-    nudge_text: Annotated[Text, StringConstraints(max_length=4000)] | None = None
+    tool_description: Annotated[Text, _at_most("tool_description")] | None = None
+    nudge_text: Annotated[Text, _at_most("nudge_text")] | None = None
     categories: list[CategoryModel] = Field(
         [], description="At most the memory's max_categories, with distinct field names."
     )
