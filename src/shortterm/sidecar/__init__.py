@@ -3,7 +3,7 @@
 ::
 
     settings.py    SidecarSettings (host, port, token, limits), read from SHORTTERM_* once
-    schemas.py     the pydantic models of every request and response body
+    schemas/       the pydantic models of every request and response body
     app.py         create_app(memory, settings): routes, middleware, handlers put together
     routes.py      the /v1 routes, one library call each
     owner_routes.py  the routes servers and users share, one table registered per kind
