@@ -85,36 +85,29 @@ class ServerSettingsModel(StrictModel):
 
     def to_library(self) -> lib.ServerSettings:
         return lib.ServerSettings(
-            refresh_cadence=self.refresh_cadence,
-            render_mode=self.render_mode,
-            crude_message_count=self.crude_message_count,
-            nudge_depth=self.nudge_depth,
-            content_depth=self.content_depth,
-            tool_description=self.tool_description,
-            nudge_text=self.nudge_text,
+            **{name: getattr(self, name) for name in _SAME_ON_THE_WIRE},
             categories=tuple(lib.Category(c.label, c.description) for c in self.categories),
-            stm_enabled=self.stm_enabled,
             private_channel_ids=frozenset(self.private_channel_ids),
-            privacy_bypass=self.privacy_bypass,
         )
 
     @classmethod
     def of(cls, s: lib.ServerSettings) -> ServerSettingsModel:
         return cls(
-            refresh_cadence=s.refresh_cadence,
-            render_mode=s.render_mode,
-            crude_message_count=s.crude_message_count,
-            nudge_depth=s.nudge_depth,
-            content_depth=s.content_depth,
-            tool_description=s.tool_description,
-            nudge_text=s.nudge_text,
+            **{name: getattr(s, name) for name in _SAME_ON_THE_WIRE},
             categories=[
                 CategoryModel(label=c.label, description=c.description) for c in s.categories
             ],
-            stm_enabled=s.stm_enabled,
             private_channel_ids=sorted(s.private_channel_ids),
-            privacy_bypass=s.privacy_bypass,
         )
+
+
+# The server settings whose value is the same in the library and in JSON; the others
+# (categories, private_channel_ids) are converted by hand above.
+_SAME_ON_THE_WIRE = tuple(
+    name
+    for name in ServerSettingsModel.model_fields
+    if name not in ("categories", "private_channel_ids")
+)
 
 
 class UserSettingsModel(StrictModel):
