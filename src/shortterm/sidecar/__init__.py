@@ -2,18 +2,18 @@
 
 ::
 
-    settings.py    SidecarSettings (host, port, token, limits), read from SHORTTERM_* once
-    schemas/       the pydantic models of every request and response body
-    app.py         create_app(memory, settings): routes, middleware, handlers put together
-    routes.py      the /v1 routes, one library call each
-    owner_routes.py  the routes servers and users share, one table registered per kind
-    params.py      the path and query parameters the routes share
-    openapi.py     the OpenAPI document: FastAPI's, patched with examples, bounds, auth
-    turns.py       the bounded registry of live turns (unguessable ids, TTL, LRU)
-    middleware.py  request metrics, bearer auth, the body limit (pure ASGI)
-    errors.py      every error mapped to a status code, in one place
-    metrics.py     Prometheus metrics behind a small facade
-    run.py         serve(): open the memory, run uvicorn, close the memory
+    settings.py      SidecarSettings (host, port, token, limits), read from SHORTTERM_* once
+    schemas/         the pydantic models of every request and response body
+    app.py           create_app(memory, settings): routes, middleware, handlers put together
+    routes.py        the /v1 routes, one library call each
+    owner_routes.py  the routes servers and users share: one table, registered per kind
+    params.py        the path and query parameters the routes share
+    openapi.py       the OpenAPI document: FastAPI's, patched with examples, bounds, auth
+    turns.py         the bounded registry of live turns (unguessable ids, TTL, LRU)
+    middleware.py    request metrics, bearer auth, the body limit (pure ASGI)
+    errors.py        every error mapped to a status code, in one place
+    metrics.py       Prometheus metrics behind a small facade
+    run.py           serve(): open the memory, run uvicorn, close the memory
 
 Needs ``pip install 'shortterm[sidecar]'``; ``import shortterm`` never loads any of it.
 """
