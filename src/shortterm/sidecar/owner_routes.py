@@ -23,8 +23,8 @@ from .params import (
     ChannelId,
     PersonaFilter,
     PersonaQuery,
-    ServerOwnerId,
-    UserOwnerId,
+    ServerId,
+    UserId,
 )
 from .schemas import (
     EntriesOut,
@@ -63,7 +63,7 @@ class Owner:
 OWNERS = (
     Owner(
         "server",
-        ServerOwnerId,
+        ServerId,
         ScopeKey.server,
         ServerSettingsModel,
         Memory.server_settings,
@@ -71,7 +71,7 @@ OWNERS = (
     ),
     Owner(
         "user",
-        UserOwnerId,
+        UserId,
         ScopeKey.user,
         UserSettingsModel,
         Memory.user_settings,

@@ -11,18 +11,13 @@ from ..model import MAX_ID_CHARS
 from .schemas import ID_PATTERN
 
 _ID = {"min_length": 1, "max_length": MAX_ID_CHARS, "pattern": ID_PATTERN}
-SERVER_ID_TEXT, USER_ID_TEXT = "A server (guild) id.", "A user id."
-
-ServerId = Annotated[str, Path(description=SERVER_ID_TEXT, examples=["333"], **_ID)]
-UserId = Annotated[str, Path(description=USER_ID_TEXT, examples=["111"], **_ID)]
-# The same, for an endpoint written once for both owner kinds: its parameter is ``owner_id``
-# and the alias gives the document (and the error locations) the kind's own name.
-ServerOwnerId = Annotated[
-    str, Path(alias="server_id", description=SERVER_ID_TEXT, examples=["333"], **_ID)
+# The alias is the parameter's name in the API: an endpoint written once for both owner kinds
+# (owner_routes.py) names its parameter owner_id, and the document and the error locations
+# still say server_id or user_id.
+ServerId = Annotated[
+    str, Path(alias="server_id", description="A server (guild) id.", examples=["333"], **_ID)
 ]
-UserOwnerId = Annotated[
-    str, Path(alias="user_id", description=USER_ID_TEXT, examples=["111"], **_ID)
-]
+UserId = Annotated[str, Path(alias="user_id", description="A user id.", examples=["111"], **_ID)]
 ChannelId = Annotated[str, Path(description="A channel id.", examples=["222"], **_ID)]
 TurnId = Annotated[
     str, Path(description="The id a turn start returned.", min_length=1, max_length=256)
