@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from fastapi import APIRouter
@@ -40,7 +41,7 @@ __all__ = ["OWNERS", "OWNER_ROUTES", "Owner", "OwnerRoute", "add_owner_routes"]
 
 Kind = Literal["server", "user"]
 Endpoint = Callable[..., Awaitable[Any]]
-# Which declared errors a route has: see the dictionaries _build_router passes in.
+# Which declared errors a route has: see the dictionaries build_router passes in.
 Errors = Literal["common", "with_missing", "with_body"]
 
 
@@ -49,11 +50,13 @@ class Owner:
     """What differs between the server and the user twin of a route."""
 
     kind: Kind
-    id_param: Any  # the path parameter, named owner_id in code and {kind}_id in the API
+    id_param: Any  # the path parameter type; its alias is {kind}_id, the code says owner_id
     key: Callable[[str, str, str | None], ScopeKey]
     settings_model: Any  # ServerSettingsModel or UserSettingsModel (.of and .to_library)
-    read_settings: Callable[[Memory, str], Awaitable[Any]]
-    write_settings: Callable[[Memory, str, Any], Awaitable[None]]
+    # Looked up on the memory at app creation, as the hand-written routes did (a subclass of
+    # Memory may override them): memory -> its bound method.
+    read_settings: Callable[[Memory], Callable[[str], Awaitable[Any]]]
+    write_settings: Callable[[Memory], Callable[[str, Any], Awaitable[None]]]
 
     @property
     def prefix(self) -> str:
@@ -66,16 +69,16 @@ OWNERS = (
         ServerId,
         ScopeKey.server,
         ServerSettingsModel,
-        Memory.server_settings,
-        Memory.configure_server,
+        attrgetter("server_settings"),
+        attrgetter("configure_server"),
     ),
     Owner(
         "user",
         UserId,
         ScopeKey.user,
         UserSettingsModel,
-        Memory.user_settings,
-        Memory.configure_user,
+        attrgetter("user_settings"),
+        attrgetter("configure_user"),
     ),
 )
 
@@ -173,20 +176,20 @@ def _set_categories(memory: Memory, owner: Owner) -> Endpoint:
 
 
 def _get_settings(memory: Memory, owner: Owner) -> Endpoint:
-    model, read = owner.settings_model, owner.read_settings
+    model, read = owner.settings_model, owner.read_settings(memory)
 
     async def endpoint(owner_id: str) -> Any:
-        return model.of(await read(memory, owner_id))
+        return model.of(await read(owner_id))
 
     return _typed(endpoint, owner, **{"return": model})
 
 
 def _put_settings(memory: Memory, owner: Owner) -> Endpoint:
-    model, write = owner.settings_model, owner.write_settings
+    model, write = owner.settings_model, owner.write_settings(memory)
 
     async def endpoint(owner_id: str, body: Any) -> Any:
         chosen = body.to_library()
-        await write(memory, owner_id, chosen)
+        await write(owner_id, chosen)
         return model.of(chosen)
 
     return _typed(endpoint, owner, body=model, **{"return": model})
