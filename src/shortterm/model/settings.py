@@ -1,9 +1,14 @@
-"""Server and user settings and their bounds."""
+"""Server and user settings and their bounds.
+
+The bounds are tables, read here and by the sidecar's request schemas (which build their
+pydantic constraints from them), so the library and the HTTP layer cannot drift apart.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from .errors import InvalidInput
@@ -13,6 +18,29 @@ from .keys import (
     check_id,
 )
 from .text import clean_text
+
+__all__ = ["SETTING_BOUNDS", "TEXT_LIMITS", "Category", "ServerSettings", "UserSettings"]
+
+# The integer settings of ServerSettings, each to its inclusive (lowest, highest).
+SETTING_BOUNDS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        "refresh_cadence": (1, 100),
+        "crude_message_count": (1, 1000),
+        "nudge_depth": (0, 20),
+        "content_depth": (-1, 20),  # -1: anchored near the top of the prompt
+    }
+)
+
+# The most characters of each free-text setting (a category's fields are "category.<name>").
+TEXT_LIMITS: Mapping[str, int] = MappingProxyType(
+    {
+        "category.label": 100,
+        "category.description": 500,
+        "tool_description": 4000,
+        "nudge_text": 4000,
+    }
+)
+_LABEL_MAX, _DESCRIPTION_MAX = TEXT_LIMITS["category.label"], TEXT_LIMITS["category.description"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +55,17 @@ class Category:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise InvalidInput(f"category.{name}", value, "a non-blank string")
-            if len(value) > (100 if name == "label" else 500):
+            if len(value) > TEXT_LIMITS[f"category.{name}"]:
                 raise InvalidInput(
-                    f"category.{name}", value, "labels ≤ 100 and descriptions ≤ 500 characters"
+                    f"category.{name}",
+                    value,
+                    f"labels ≤ {_LABEL_MAX} and descriptions ≤ {_DESCRIPTION_MAX} characters",
                 )
             object.__setattr__(self, name, clean_text(value.strip()))
 
 
-def _check_int(name: str, value: object, low: int, high: int) -> None:
+def _check_int(name: str, value: object) -> None:
+    low, high = SETTING_BOUNDS[name]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInput(name, value, f"an integer from {low} to {high}")
 
@@ -62,16 +93,16 @@ class ServerSettings:
     privacy_bypass: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("refresh_cadence", self.refresh_cadence, 1, 100)
+        _check_int("refresh_cadence", self.refresh_cadence)
         if self.render_mode not in RENDER_MODES:
             raise InvalidInput("render_mode", self.render_mode, "'crude_summary' or 'supersede'")
-        _check_int("crude_message_count", self.crude_message_count, 1, 1000)
-        _check_int("nudge_depth", self.nudge_depth, 0, 20)
-        _check_int("content_depth", self.content_depth, -1, 20)
+        _check_int("crude_message_count", self.crude_message_count)
+        _check_int("nudge_depth", self.nudge_depth)
+        _check_int("content_depth", self.content_depth)
         for name in ("tool_description", "nudge_text"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or len(value) > 4000):
-                raise InvalidInput(name, value, "None or a string of at most 4000 characters")
+            value, most = getattr(self, name), TEXT_LIMITS[name]
+            if value is not None and (not isinstance(value, str) or len(value) > most):
+                raise InvalidInput(name, value, f"None or a string of at most {most} characters")
             if isinstance(value, str):
                 # A blank override means "use the default", as in a settings form.
                 object.__setattr__(self, name, clean_text(value) if value.strip() else None)

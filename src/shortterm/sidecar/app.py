@@ -1,62 +1,31 @@
 """The sidecar application: ``create_app(memory, settings)``.
 
-Each route is one library call (a turn start is ``memory.turn`` plus what the turn renders),
-its body a pydantic model from :mod:`.schemas`, its errors mapped in :mod:`.errors`. The app
+The app puts together the ``/v1`` routes (:mod:`.routes`), the inspector, the service routes,
+the error handlers, the middleware and the patched OpenAPI document (:mod:`.openapi`). It
 does not own the memory: whoever opened it closes it (``shortterm serve`` does both).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
-from fastapi.openapi.utils import get_openapi
+from fastapi import FastAPI
 from fastapi.responses import Response
 
 from .. import __version__
-from ..memory.admin import MAX_SERVERS_PAGE
 from ..memory.facade import Memory
-from ..model import MAX_ID_CHARS, Entry, ScopeKey
-from ..model.config import Config
 from ..model.errors import InvalidInput
-from ..prompt.context import Context
-from ..prompt.inject import inject
-from .errors import NotFound, install_error_handlers, openapi_errors
+from .errors import install_error_handlers, openapi_errors
 from .inspector import build_inspector
 from .metrics import CONTENT_TYPE, Metrics
-from .middleware import (
-    OPEN_PATHS,
-    BearerAuth,
-    BodyLimit,
-    BrowserGuard,
-    RequestMetrics,
-    RequestShape,
-)
-from .schemas import (
-    ID_PATTERN,
-    CaptureIn,
-    ContextOut,
-    DeletedOut,
-    EntriesOut,
-    EntryOut,
-    EntryResult,
-    HealthOut,
-    ServerOut,
-    ServerSettingsModel,
-    ServersOut,
-    SetCategoriesIn,
-    SetSummaryIn,
-    ToolCallIn,
-    ToolResultOut,
-    TurnOut,
-    TurnStart,
-    UserSettingsModel,
-)
+from .middleware import BearerAuth, BodyLimit, BrowserGuard, RequestMetrics, RequestShape
+from .openapi import build_document
+from .routes import build_router
+from .schemas import HealthOut
 from .settings import SidecarSettings
 from .turns import RedisTurnRegistry, TurnRegistry, Turns
 
-__all__ = ["create_app", "openapi_document"]
+__all__ = ["create_app"]
 
 DESCRIPTION = """\
 Working memory for chat bots over HTTP: the `shortterm` library, one route per call.
@@ -78,36 +47,6 @@ TAGS = [
     {"name": "service", "description": "Health and metrics."},
 ]
 
-_ID = {"min_length": 1, "max_length": MAX_ID_CHARS, "pattern": ID_PATTERN}
-ServerId = Annotated[str, Path(description="A server (guild) id.", examples=["333"], **_ID)]
-UserId = Annotated[str, Path(description="A user id.", examples=["111"], **_ID)]
-ChannelId = Annotated[str, Path(description="A channel id.", examples=["222"], **_ID)]
-TurnId = Annotated[
-    str, Path(description="The id a turn start returned.", min_length=1, max_length=256)
-]
-PersonaQuery = Annotated[
-    str | None,
-    Query(description="The persona; omit it for the entry without one.", examples=["7"], **_ID),
-]
-PersonaFilter = Annotated[
-    str | None, Query(description="Only this persona's entries.", examples=["7"], **_ID)
-]
-ChannelFilter = Annotated[
-    str | None, Query(description="Only this channel's entries.", examples=["222"], **_ID)
-]
-AfterServer = Annotated[
-    str | None,
-    Query(
-        description="Only servers whose id sorts after this one: the `next_after` of the "
-        "previous page. Omit it for the first page.",
-        examples=["333"],
-        **_ID,
-    ),
-]
-PageLimit = Annotated[
-    int, Query(ge=1, le=MAX_SERVERS_PAGE, description="The most servers to answer.")
-]
-
 METRICS_EXAMPLE = """\
 # HELP shortterm_entries Live entries in the hot tier.
 # TYPE shortterm_entries gauge
@@ -115,444 +54,6 @@ shortterm_entries 2.0
 # TYPE shortterm_http_request_duration_seconds histogram
 shortterm_http_request_duration_seconds_bucket{le="0.001",method="POST",route="/v1/turns"} 41.0
 """
-
-
-def _entries_sorted(entries: list[Entry]) -> list[EntryOut]:
-    entries.sort(key=lambda e: (e.key.channel_id, e.key.persona_id or ""))
-    return [EntryOut.of(e) for e in entries]
-
-
-async def _known_query(request: Request) -> None:
-    """Refuse query parameters a route does not take, and repeated ones: a misspelt
-    ``persona`` must not turn a delete of one persona's entry into another's."""
-    if not request.scope["query_string"]:
-        return
-    route = request.scope["route"]
-    allowed = {p.alias for p in route.dependant.query_params}
-    seen: set[str] = set()
-    for name, value in request.query_params.multi_items():
-        if name not in allowed:
-            known = ", ".join(sorted(allowed)) or "none"
-            raise InvalidInput(name, value, f"not a parameter of this route (it takes: {known})")
-        if name in seen:
-            raise InvalidInput(name, value, "a parameter given at most once")
-        seen.add(name)
-
-
-def _splice(messages: list[dict[str, Any]], ctx: Context, body: TurnStart) -> list[dict[str, Any]]:
-    try:
-        return inject(messages, ctx, format=body.messages_format)
-    except InvalidInput as exc:
-        field = "messages" + exc.field.removeprefix("dialogue")
-        raise InvalidInput(field, exc.value, exc.allowed) from None
-
-
-def _build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> APIRouter:
-    router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query)])
-    auth = (401,) if settings.token is not None else ()
-    common = openapi_errors(*auth, 422, 503)
-    with_missing = openapi_errors(*auth, 404, 422, 503)
-    with_body = openapi_errors(*auth, 413, 422, 503)
-    with_body_missing = openapi_errors(*auth, 404, 413, 422, 503)
-
-    # -- turns -------------------------------------------------------------------------------
-
-    @router.post(
-        "/turns",
-        status_code=201,
-        tags=["turns"],
-        responses=with_body,
-        summary="Start a turn",
-        response_model=TurnOut,
-    )
-    async def start_turn(body: TurnStart) -> Response:
-        """Start a turn and render what memory adds to its prompt.
-
-        Returns the `turn_id` for the tool-call and capture routes, the context (items, nudge
-        and depths; see the prompt-format document), the tool definitions in `tools_format`
-        (empty when the turn may not use the tool) and whether the cadence asks for an update.
-        With `messages`, also that prompt with the memory spliced in.
-        """
-        turn = memory.turn(**body.turn_kwargs())
-        ctx = await turn.context(max_tokens=body.max_tokens)
-        spliced = None if body.messages is None else _splice(body.messages, ctx, body)
-        tools = turn.tools(body.tools_shape)
-        due = await turn.maintenance_due()
-        turn_id = await turns.add(turn)
-        extra = {} if spliced is None else {"messages": spliced}
-        out = TurnOut(
-            turn_id=turn_id,
-            expires_in_s=settings.turn_ttl_s,
-            context=ContextOut.of(ctx),
-            tools=tools,
-            maintenance_due=due,
-            **extra,
-        )
-        # Serialized once, here: the framework's own path would dump the model, validate the
-        # dump and dump it again, three passes over a spliced prompt. Unset means "no
-        # messages were asked for", so the field is left out rather than null.
-        body_json = out.model_dump_json(exclude_unset=True)
-        return Response(body_json, status_code=201, media_type="application/json")
-
-    @router.post(
-        "/turns/{turn_id}/tool-calls",
-        tags=["turns"],
-        responses=with_body_missing,
-        summary="Call the tool for a turn",
-    )
-    async def call_tool(turn_id: TurnId, body: ToolCallIn) -> ToolResultOut:
-        """Run a tool call the model made during this turn.
-
-        A refusal is not an HTTP error: `ok` is false and `message` says why, for the model.
-        One update succeeds per turn, however many requests ask.
-        """
-        result = await (await turns.get(turn_id)).call_tool(body.name, body.arguments)
-        return ToolResultOut(ok=result.ok, message=result.message)
-
-    @router.post(
-        "/turns/{turn_id}/capture",
-        status_code=204,
-        tags=["turns"],
-        responses=with_body_missing,
-        summary="Capture a turn",
-    )
-    async def capture(turn_id: TurnId, body: CaptureIn) -> Response:
-        """Keep the recent dialogue of this turn and end it (its id is released).
-
-        Replaces the stored messages of the turn's scopes with the newest `max_messages` of
-        `history` + `replies`; skipped (still 204) for stopped turns, turns without replies and
-        full-privacy users.
-        """
-        history, replies = body.library_args()
-        turn = await turns.begin_capture(turn_id)
-        captured = False
-        try:
-            await turn.capture(history=history, replies=replies, stopped=body.stopped)
-            captured = True
-        finally:
-            await turns.end_capture(turn_id, captured=captured)
-        return Response(status_code=204)
-
-    # -- entries -----------------------------------------------------------------------------
-
-    async def listed(
-        kind: Literal["server", "user"],
-        owner_id: str,
-        channel_id: str | None,
-        persona_id: str | None,
-    ) -> EntriesOut:
-        found = await memory.owner_entries(kind, owner_id)
-        picked = [
-            e
-            for e in found
-            if (channel_id is None or e.key.channel_id == channel_id)
-            and (persona_id is None or e.key.persona_id == persona_id)
-        ]
-        return EntriesOut(entries=_entries_sorted(picked), now=memory.clock())
-
-    async def one(key: ScopeKey) -> EntryOut:
-        entry = await memory.get(key)
-        if entry is None:
-            raise NotFound(
-                f"nothing is remembered for {key.kind} {key.owner_id!r} in channel "
-                f"{key.channel_id!r} (persona {key.persona_id!r})"
-            )
-        return EntryOut.of(entry)
-
-    def result(entry: Entry | None) -> EntryResult:
-        return EntryResult(entry=None if entry is None else EntryOut.of(entry))
-
-    list_text = (
-        "Every live entry of {what}, optionally one channel's or one persona's, ordered by "
-        "channel and persona. Read through the owner index: the cost grows with this owner's "
-        "entries only."
-    )
-    get_text = (
-        "What {what} remembers in one channel for one persona (`persona_id` omitted: the "
-        "entry without a persona); 404 when nothing is live."
-    )
-    summary_text = (
-        "An admin edit of {what}: replaces the summary (`null` clears it), durable when it "
-        "returns. Answers the entry as it is afterwards, or `null` when nothing is live."
-    )
-    categories_text = (
-        "An admin edit of {what}: replaces every category value (blank values are dropped), "
-        "durable when it returns. Answers the entry as it is afterwards."
-    )
-    shared, personal = "a server's shared memory", "a user's personal memory"
-
-    @router.get("/servers", tags=["entries"], responses=common, summary="List servers with memory")
-    async def list_servers(after: AfterServer = None, limit: PageLimit = 100) -> ServersOut:
-        """The servers that have durable shared (server-scope) memory, ordered by id, a page
-        at a time: each with its name, its number of rows and its newest write. When the page
-        is full, `next_after` is its last id; pass it as `after` for the next page. One
-        indexed range per page, so the cost follows the page, not the store."""
-        page = await memory.servers(after=after, limit=limit)
-        next_after = page[-1].server_id if len(page) == limit else None
-        return ServersOut(servers=[ServerOut.of(s) for s in page], next_after=next_after)
-
-    @router.get(
-        "/servers/{server_id}/entries",
-        tags=["entries"],
-        responses=common,
-        summary="List a server's entries",
-        description=list_text.format(what=shared),
-    )
-    async def list_server_entries(
-        server_id: ServerId, channel_id: ChannelFilter = None, persona_id: PersonaFilter = None
-    ) -> EntriesOut:
-        return await listed("server", server_id, channel_id, persona_id)
-
-    @router.get(
-        "/users/{user_id}/entries",
-        tags=["entries"],
-        responses=common,
-        summary="List a user's entries",
-        description=list_text.format(what=personal),
-    )
-    async def list_user_entries(
-        user_id: UserId, channel_id: ChannelFilter = None, persona_id: PersonaFilter = None
-    ) -> EntriesOut:
-        return await listed("user", user_id, channel_id, persona_id)
-
-    @router.get(
-        "/servers/{server_id}/channels/{channel_id}/entry",
-        tags=["entries"],
-        responses=with_missing,
-        summary="Get a channel's shared entry",
-        description=get_text.format(what=shared),
-    )
-    async def get_server_entry(
-        server_id: ServerId, channel_id: ChannelId, persona_id: PersonaQuery = None
-    ) -> EntryOut:
-        return await one(ScopeKey.server(server_id, channel_id, persona_id))
-
-    @router.get(
-        "/users/{user_id}/channels/{channel_id}/entry",
-        tags=["entries"],
-        responses=with_missing,
-        summary="Get a user's entry in a channel",
-        description=get_text.format(what=personal),
-    )
-    async def get_user_entry(
-        user_id: UserId, channel_id: ChannelId, persona_id: PersonaQuery = None
-    ) -> EntryOut:
-        return await one(ScopeKey.user(user_id, channel_id, persona_id))
-
-    @router.put(
-        "/servers/{server_id}/channels/{channel_id}/entry/summary",
-        tags=["entries"],
-        responses=with_body,
-        summary="Replace the summary of a shared entry",
-        description=summary_text.format(what=shared),
-    )
-    async def set_server_summary(
-        server_id: ServerId,
-        channel_id: ChannelId,
-        body: SetSummaryIn,
-        persona_id: PersonaQuery = None,
-    ) -> EntryResult:
-        key = ScopeKey.server(server_id, channel_id, persona_id)
-        return result(await memory.set_summary(key, body.summary))
-
-    @router.put(
-        "/users/{user_id}/channels/{channel_id}/entry/summary",
-        tags=["entries"],
-        responses=with_body,
-        summary="Replace the summary of a user's entry",
-        description=summary_text.format(what=personal),
-    )
-    async def set_user_summary(
-        user_id: UserId, channel_id: ChannelId, body: SetSummaryIn, persona_id: PersonaQuery = None
-    ) -> EntryResult:
-        key = ScopeKey.user(user_id, channel_id, persona_id)
-        return result(await memory.set_summary(key, body.summary))
-
-    @router.put(
-        "/servers/{server_id}/channels/{channel_id}/entry/categories",
-        tags=["entries"],
-        responses=with_body,
-        summary="Replace the category values of a shared entry",
-        description=categories_text.format(what=shared),
-    )
-    async def set_server_categories(
-        server_id: ServerId,
-        channel_id: ChannelId,
-        body: SetCategoriesIn,
-        persona_id: PersonaQuery = None,
-    ) -> EntryResult:
-        key = ScopeKey.server(server_id, channel_id, persona_id)
-        return result(await memory.set_categories(key, body.categories))
-
-    @router.put(
-        "/users/{user_id}/channels/{channel_id}/entry/categories",
-        tags=["entries"],
-        responses=with_body,
-        summary="Replace the category values of a user's entry",
-        description=categories_text.format(what=personal),
-    )
-    async def set_user_categories(
-        user_id: UserId,
-        channel_id: ChannelId,
-        body: SetCategoriesIn,
-        persona_id: PersonaQuery = None,
-    ) -> EntryResult:
-        key = ScopeKey.user(user_id, channel_id, persona_id)
-        return result(await memory.set_categories(key, body.categories))
-
-    # -- settings ----------------------------------------------------------------------------
-
-    @router.get(
-        "/servers/{server_id}/settings",
-        tags=["settings"],
-        responses=common,
-        summary="Get a server's settings",
-    )
-    async def get_server_settings(server_id: ServerId) -> ServerSettingsModel:
-        """The server's settings; the defaults when it was never configured."""
-        return ServerSettingsModel.of(await memory.server_settings(server_id))
-
-    @router.put(
-        "/servers/{server_id}/settings",
-        tags=["settings"],
-        responses=with_body,
-        summary="Replace a server's settings",
-    )
-    async def put_server_settings(
-        server_id: ServerId, body: ServerSettingsModel
-    ) -> ServerSettingsModel:
-        """Replace the server's settings (missing fields take their defaults). Durable when it
-        returns; other processes see the change within `settings_refresh_s`."""
-        settings_ = body.to_library()
-        await memory.configure_server(server_id, settings_)
-        return ServerSettingsModel.of(settings_)
-
-    @router.get(
-        "/users/{user_id}/settings",
-        tags=["settings"],
-        responses=common,
-        summary="Get a user's settings",
-    )
-    async def get_user_settings(user_id: UserId) -> UserSettingsModel:
-        """The user's privacy level and cross-server opt-in; the defaults when never set."""
-        return UserSettingsModel.of(await memory.user_settings(user_id))
-
-    @router.put(
-        "/users/{user_id}/settings",
-        tags=["settings"],
-        responses=with_body,
-        summary="Replace a user's settings",
-    )
-    async def put_user_settings(user_id: UserId, body: UserSettingsModel) -> UserSettingsModel:
-        """Replace the user's settings. Choosing `privacy: "full"` also forgets everything
-        already kept about the user, as `DELETE /v1/users/{user_id}` does."""
-        settings_ = body.to_library()
-        await memory.configure_user(user_id, settings_)
-        return UserSettingsModel.of(settings_)
-
-    # -- deletion ----------------------------------------------------------------------------
-
-    @router.delete(
-        "/channels/{channel_id}", tags=["deletion"], responses=common, summary="Forget a channel"
-    )
-    async def clear_channel(channel_id: ChannelId) -> DeletedOut:
-        """Forget a channel: every user, persona and scope of it, in both tiers."""
-        return DeletedOut(deleted=await memory.clear_channel(channel_id))
-
-    @router.delete("/users/{user_id}", tags=["deletion"], responses=common, summary="Forget a user")
-    async def clear_user(user_id: UserId) -> DeletedOut:
-        """Forget a user: their personal scopes, and every message they wrote from every other
-        entry. Counts the scopes deleted plus the entries scrubbed."""
-        return DeletedOut(deleted=await memory.clear_user(user_id))
-
-    @router.delete(
-        "/servers/{server_id}/channels/{channel_id}",
-        tags=["deletion"],
-        responses=common,
-        summary="Forget a channel's shared memory",
-    )
-    async def clear_server_channel(
-        server_id: ServerId, channel_id: ChannelId, persona_id: PersonaQuery = None
-    ) -> DeletedOut:
-        """Forget one server-scope entry: the channel's shared memory for one persona
-        (`persona_id` omitted: the entry without a persona)."""
-        deleted = await memory.clear_server_channel(server_id, channel_id, persona_id)
-        return DeletedOut(deleted=deleted)
-
-    @router.post("/janitor", tags=["deletion"], responses=common, summary="Run the janitor")
-    async def janitor(
-        retention_days: Annotated[
-            int | None,
-            Query(ge=0, le=36500, description="Default: the memory's janitor_retention_days."),
-        ] = None,
-    ) -> DeletedOut:
-        """Delete durable rows untouched for `retention_days`; counts the rows deleted."""
-        return DeletedOut(deleted=await memory.janitor(retention_days))
-
-    @router.post("/sweep", tags=["deletion"], responses=common, summary="Sweep expired entries")
-    async def sweep() -> DeletedOut:
-        """Drop expired hot-tier entries now (a background sweeper also does it)."""
-        return DeletedOut(deleted=await memory.sweep())
-
-    return router
-
-
-def _absent_is_null(parameter: dict[str, Any]) -> None:
-    """A query string cannot carry a JSON null: an optional parameter is simply omitted, so
-    the document gives its plain type instead of ``anyOf [type, null]``."""
-    schema = parameter.get("schema", {})
-    options = schema.get("anyOf")
-    if parameter.get("in") != "query" or not options:
-        return
-    kept = [o for o in options if o.get("type") != "null"]
-    if len(kept) == 1 and len(options) == 2:
-        del schema["anyOf"]
-        schema.update(kept[0])
-
-
-def _document(app: FastAPI, secured: bool, config: Config) -> dict[str, Any]:
-    """The OpenAPI document, with each model's first example shown on its request and
-    response bodies, the bounds this memory's configuration sets, and the bearer scheme
-    declared when a token is configured."""
-    if app.openapi_schema is not None:
-        return app.openapi_schema
-    doc = get_openapi(
-        title=app.title,
-        version=app.version,
-        description=app.description,
-        routes=app.routes,
-        tags=app.openapi_tags,
-    )
-    schemas = doc.get("components", {}).get("schemas", {})
-    server = schemas["ServerSettingsModel"]["properties"]
-    server["crude_message_count"]["maximum"] = config.max_messages
-    server["categories"]["maxItems"] = config.max_categories
-
-    def show_example(media: dict[str, Any]) -> None:
-        ref = media.get("schema", {}).get("$ref", "")
-        examples = schemas.get(ref.rsplit("/", 1)[-1], {}).get("examples")
-        if "example" not in media and "examples" not in media and examples:
-            media["example"] = examples[0]
-
-    for path, operations in doc["paths"].items():
-        for operation in operations.values():
-            for parameter in operation.get("parameters", ()):
-                _absent_is_null(parameter)
-            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
-            if body is not None:
-                show_example(body)
-            for status, response in operation["responses"].items():
-                media = response.get("content", {}).get("application/json")
-                if status.startswith("2") and media is not None:
-                    show_example(media)
-            if secured and path not in OPEN_PATHS:
-                operation["security"] = [{"bearer": []}]
-    if secured:
-        doc.setdefault("components", {})["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "SHORTTERM_TOKEN"}
-        }
-    app.openapi_schema = doc
-    return doc
 
 
 def _registry(memory: Memory, settings: SidecarSettings) -> Turns:
@@ -586,12 +87,12 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         generate_unique_id_function=lambda route: route.name,
     )
     secured = chosen.token is not None
-    app.openapi = functools.partial(_document, app, secured, memory.config)  # type: ignore[method-assign]
+    app.openapi = functools.partial(build_document, app, secured, memory.config)  # type: ignore[method-assign]
     app.state.memory = memory
     app.state.turns = turns
     app.state.metrics = metrics
     app.state.settings = chosen
-    app.include_router(_build_router(memory, turns, chosen))
+    app.include_router(build_router(memory, turns, chosen))
     app.include_router(build_inspector())
 
     @app.get("/healthz", tags=["service"], summary="Liveness")
@@ -627,22 +128,3 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.add_middleware(RequestShape)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
-
-
-def openapi_document(settings: SidecarSettings | None = None) -> dict[str, Any]:
-    """The sidecar's OpenAPI document, built from an app over a memory that is never opened
-    (building it touches no backend): for generated clients and schema tests."""
-    import time
-
-    from ..memory.backends import make_cache
-    from ..store.reference import ReferenceStore
-
-    config = Config()
-    unopened = Memory(
-        store=ReferenceStore(),
-        cache=make_cache("memory://", config),
-        config=config,
-        clock=time.time,
-    )
-    doc: dict[str, Any] = create_app(unopened, settings).openapi()
-    return doc

@@ -1,0 +1,217 @@
+"""The ``/v1`` routes: each one library call (a turn start is ``memory.turn`` plus what the
+turn renders), its body a pydantic model from :mod:`.schemas`, its errors mapped in
+:mod:`.errors`. The routes servers and users share come from the table in
+:mod:`.owner_routes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from ..memory.facade import Memory
+from ..model.errors import InvalidInput
+from ..prompt.context import Context
+from ..prompt.inject import inject
+from .errors import openapi_errors
+from .owner_routes import add_owner_routes
+from .params import (
+    AfterServer,
+    ChannelId,
+    PageLimit,
+    PersonaQuery,
+    RetentionDays,
+    ServerId,
+    TurnId,
+    UserId,
+)
+from .schemas import (
+    CaptureIn,
+    ContextOut,
+    DeletedOut,
+    ServerOut,
+    ServersOut,
+    ToolCallIn,
+    ToolResultOut,
+    TurnOut,
+    TurnStart,
+)
+from .settings import SidecarSettings
+from .turns import Turns
+
+__all__ = ["build_router"]
+
+
+async def _known_query(request: Request) -> None:
+    """Refuse query parameters a route does not take, and repeated ones: a misspelt
+    ``persona`` must not turn a delete of one persona's entry into another's."""
+    if not request.scope["query_string"]:
+        return
+    route = request.scope["route"]
+    allowed = {p.alias for p in route.dependant.query_params}
+    seen: set[str] = set()
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise InvalidInput(name, value, f"not a parameter of this route (it takes: {known})")
+        if name in seen:
+            raise InvalidInput(name, value, "a parameter given at most once")
+        seen.add(name)
+
+
+def _splice(messages: list[dict[str, Any]], ctx: Context, body: TurnStart) -> list[dict[str, Any]]:
+    try:
+        return inject(messages, ctx, format=body.messages_format)
+    except InvalidInput as exc:
+        field = "messages" + exc.field.removeprefix("dialogue")
+        raise InvalidInput(field, exc.value, exc.allowed) from None
+
+
+def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> APIRouter:
+    router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query)])
+    auth = (401,) if settings.token is not None else ()
+    common = openapi_errors(*auth, 422, 503)
+    with_missing = openapi_errors(*auth, 404, 422, 503)
+    with_body = openapi_errors(*auth, 413, 422, 503)
+    with_body_missing = openapi_errors(*auth, 404, 413, 422, 503)
+
+    # -- turns -------------------------------------------------------------------------------
+
+    @router.post(
+        "/turns",
+        status_code=201,
+        tags=["turns"],
+        responses=with_body,
+        summary="Start a turn",
+        response_model=TurnOut,
+    )
+    async def start_turn(body: TurnStart) -> Response:
+        """Start a turn and render what memory adds to its prompt.
+
+        Returns the `turn_id` for the tool-call and capture routes, the context (items, nudge
+        and depths; see the prompt-format document), the tool definitions in `tools_format`
+        (empty when the turn may not use the tool) and whether the cadence asks for an update.
+        With `messages`, also that prompt with the memory spliced in.
+        """
+        turn = memory.turn(**body.turn_kwargs())
+        ctx = await turn.context(max_tokens=body.max_tokens)
+        spliced = None if body.messages is None else _splice(body.messages, ctx, body)
+        tools = turn.tools(body.tools_shape)
+        due = await turn.maintenance_due()
+        turn_id = await turns.add(turn)
+        extra = {} if spliced is None else {"messages": spliced}
+        out = TurnOut(
+            turn_id=turn_id,
+            expires_in_s=settings.turn_ttl_s,
+            context=ContextOut.of(ctx),
+            tools=tools,
+            maintenance_due=due,
+            **extra,
+        )
+        # Serialized once, here: the framework's own path would dump the model, validate the
+        # dump and dump it again, three passes over a spliced prompt. Unset means "no
+        # messages were asked for", so the field is left out rather than null.
+        body_json = out.model_dump_json(exclude_unset=True)
+        return Response(body_json, status_code=201, media_type="application/json")
+
+    @router.post(
+        "/turns/{turn_id}/tool-calls",
+        tags=["turns"],
+        responses=with_body_missing,
+        summary="Call the tool for a turn",
+    )
+    async def call_tool(turn_id: TurnId, body: ToolCallIn) -> ToolResultOut:
+        """Run a tool call the model made during this turn.
+
+        A refusal is not an HTTP error: `ok` is false and `message` says why, for the model.
+        One update succeeds per turn, however many requests ask.
+        """
+        result = await (await turns.get(turn_id)).call_tool(body.name, body.arguments)
+        return ToolResultOut(ok=result.ok, message=result.message)
+
+    @router.post(
+        "/turns/{turn_id}/capture",
+        status_code=204,
+        tags=["turns"],
+        responses=with_body_missing,
+        summary="Capture a turn",
+    )
+    async def capture(turn_id: TurnId, body: CaptureIn) -> Response:
+        """Keep the recent dialogue of this turn and end it (its id is released).
+
+        Replaces the stored messages of the turn's scopes with the newest `max_messages` of
+        `history` + `replies`; skipped (still 204) for stopped turns, turns without replies and
+        full-privacy users.
+        """
+        history, replies = body.library_args()
+        turn = await turns.begin_capture(turn_id)
+        captured = False
+        try:
+            await turn.capture(history=history, replies=replies, stopped=body.stopped)
+            captured = True
+        finally:
+            await turns.end_capture(turn_id, captured=captured)
+        return Response(status_code=204)
+
+    # -- entries and settings ----------------------------------------------------------------
+
+    @router.get("/servers", tags=["entries"], responses=common, summary="List servers with memory")
+    async def list_servers(after: AfterServer = None, limit: PageLimit = 100) -> ServersOut:
+        """The servers that have durable shared (server-scope) memory, ordered by id, a page
+        at a time: each with its name, its number of rows and its newest write. When the page
+        is full, `next_after` is its last id; pass it as `after` for the next page. One
+        indexed range per page, so the cost follows the page, not the store."""
+        page = await memory.servers(after=after, limit=limit)
+        next_after = page[-1].server_id if len(page) == limit else None
+        return ServersOut(servers=[ServerOut.of(s) for s in page], next_after=next_after)
+
+    add_owner_routes(
+        router,
+        memory,
+        {"common": common, "with_missing": with_missing, "with_body": with_body},
+    )
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    @router.delete(
+        "/channels/{channel_id}", tags=["deletion"], responses=common, summary="Forget a channel"
+    )
+    async def clear_channel(channel_id: ChannelId) -> DeletedOut:
+        """Forget a channel: every user, persona and scope of it, in both tiers."""
+        return DeletedOut(deleted=await memory.clear_channel(channel_id))
+
+    @router.delete("/users/{user_id}", tags=["deletion"], responses=common, summary="Forget a user")
+    async def clear_user(user_id: UserId) -> DeletedOut:
+        """Forget a user: their personal scopes, and every message they wrote from every other
+        entry. Counts the scopes deleted plus the entries scrubbed."""
+        return DeletedOut(deleted=await memory.clear_user(user_id))
+
+    @router.delete(
+        "/servers/{server_id}/channels/{channel_id}",
+        tags=["deletion"],
+        responses=common,
+        summary="Forget a channel's shared memory",
+    )
+    async def clear_server_channel(
+        server_id: ServerId, channel_id: ChannelId, persona_id: PersonaQuery = None
+    ) -> DeletedOut:
+        """Forget one server-scope entry: the channel's shared memory for one persona
+        (`persona_id` omitted: the entry without a persona)."""
+        deleted = await memory.clear_server_channel(server_id, channel_id, persona_id)
+        return DeletedOut(deleted=deleted)
+
+    @router.post("/janitor", tags=["deletion"], responses=common, summary="Run the janitor")
+    async def janitor(
+        retention_days: RetentionDays = None,
+    ) -> DeletedOut:
+        """Delete durable rows untouched for `retention_days`; counts the rows deleted."""
+        return DeletedOut(deleted=await memory.janitor(retention_days))
+
+    @router.post("/sweep", tags=["deletion"], responses=common, summary="Sweep expired entries")
+    async def sweep() -> DeletedOut:
+        """Drop expired hot-tier entries now (a background sweeper also does it)."""
+        return DeletedOut(deleted=await memory.sweep())
+
+    return router
