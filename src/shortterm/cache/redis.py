@@ -48,13 +48,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -63,7 +62,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind, ScopeMeta, ScopeRow, urls
 from ..model.config import Config
 from ..model.errors import ConfigError, StoreUnavailable
 from ..model.fence import JOURNAL_RETENTION_S, WriteFence, author_targets, scope_targets
@@ -176,33 +175,6 @@ def _decode_messages(raw: list[Any]) -> tuple[Message, ...]:
     )
 
 
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"not a Redis URL: {url!r} (use redis://host:6379/0)")
-    ours: dict[str, str] = {}
-    theirs: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _OWN_OPTIONS:
-            ours[name] = value
-        else:
-            theirs.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
-
-
-def _number(options: Mapping[str, str], name: str, default: float, url: str) -> float:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}={raw!r} in {url!r} must be a non-negative number")
-    return value
-
-
 class RedisCache:
     """A hot tier in Redis, shared by every process that uses the same server and prefix.
 
@@ -262,10 +234,15 @@ class RedisCache:
         :func:`failure_bound_s` (``(retries + 1) × socket_timeout + retries × 0.2 s``), and a
         facade call within that of its first failing Redis call.
         """
-        redis_url, options = _split_url(url)
-        retries = int(_number(options, "retries", 1, url))
+        redis_url, options = urls.split_options(
+            url,
+            schemes=("redis", "rediss", "unix"),
+            ours=_OWN_OPTIONS,
+            wrong_scheme=f"not a Redis URL: {url!r} (use redis://host:6379/0)",
+        )
+        retries = int(urls.non_negative_number(options, "retries", 1, url))
         given = dict(parse_qsl(urlsplit(redis_url).query))
-        socket_timeout_s = _number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
+        socket_timeout_s = urls.non_negative_number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
         if socket_timeout_s <= 0:
             raise ConfigError(f"socket_timeout in {url!r} must be a positive number of seconds")
         try:
@@ -283,8 +260,10 @@ class RedisCache:
             crude_ttl_s=config.crude_ttl_s,
             summary_ttl_s=config.summary_ttl_s,
             prefix=options.get("prefix", "shortterm:"),
-            owner_complete_ttl_s=_number(options, "owner_complete_ttl_s", 300.0, url),
-            safety_margin_s=_number(options, "safety_margin_s", 3600.0, url),
+            owner_complete_ttl_s=urls.non_negative_number(
+                options, "owner_complete_ttl_s", 300.0, url
+            ),
+            safety_margin_s=urls.non_negative_number(options, "safety_margin_s", 3600.0, url),
             owns_client=True,
             call_timeout_s=failure_bound_s(socket_timeout_s, retries),
         )

@@ -43,7 +43,6 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeAlias
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -61,6 +60,7 @@ from ..model import (
     ServerSettings,
     ServerSummary,
     UserSettings,
+    urls,
 )
 from ..model.errors import ConfigError, StoreUnavailable
 from ..model.fence import (
@@ -312,21 +312,6 @@ def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:
     return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
 
 
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL without our own options, and our options."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {url!r} (use postgresql://user@host/db)")
-    ours: dict[str, str] = {}
-    theirs: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _OWN_OPTIONS:
-            ours[name] = value
-        else:
-            theirs.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
-
-
 async def _unreachable(conninfo: str) -> str | None:
     """Why nothing will answer at the single TCP address ``conninfo`` names, or ``None``
     (something listens there, or the address is not one plain host and port: a Unix socket,
@@ -353,29 +338,6 @@ async def _unreachable(conninfo: str) -> str | None:
     with suppress(OSError):
         await writer.wait_closed()
     return None
-
-
-def _seconds_option(options: Mapping[str, str], name: str, default: float, url: str) -> float:
-    try:
-        value = float(options.get(name, default))
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigError(f"{name} in {url!r} must be a positive number of seconds")
-    return value
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int, url: str) -> int:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not an integer") from None
-    if value < 1:
-        raise ConfigError(f"{name}={raw!r} in {url!r} must be at least 1")
-    return value
 
 
 class PostgresStore:
@@ -430,12 +392,17 @@ class PostgresStore:
 
         The pool is created closed; it opens on first use (``migrate`` at ``shortterm.open``).
         """
-        conninfo, options = _split_url(url)
-        min_size = _int_option(options, "pool_min_size", 1, url)
-        max_size = max(min_size, _int_option(options, "pool_max_size", 10, url))
-        timeout_s = _seconds_option(options, "pool_timeout_s", 30.0, url)
-        reconnect_s = _seconds_option(options, "pool_reconnect_timeout_s", 2.0, url)
-        operation_timeout_s = _seconds_option(options, "operation_timeout_s", 30.0, url)
+        conninfo, options = urls.split_options(
+            url,
+            schemes=("postgresql", "postgres"),
+            ours=_OWN_OPTIONS,
+            wrong_scheme=f"not a PostgreSQL URL: {url!r} (use postgresql://user@host/db)",
+        )
+        min_size = urls.at_least_one(options, "pool_min_size", 1, url)
+        max_size = max(min_size, urls.at_least_one(options, "pool_max_size", 10, url))
+        timeout_s = urls.positive_seconds(options, "pool_timeout_s", 30.0, url)
+        reconnect_s = urls.positive_seconds(options, "pool_reconnect_timeout_s", 2.0, url)
+        operation_timeout_s = urls.positive_seconds(options, "operation_timeout_s", 30.0, url)
         if "application_name=" not in conninfo:
             conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
         connect_kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
