@@ -50,7 +50,6 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..model import (
-    Category,
     DistilledWrite,
     Privacy,
     ScopeKey,
@@ -75,6 +74,17 @@ from ..model.fence import (
 from ..model.text import clean_text
 from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
+from .sql_common import (
+    SCOPE_COLS,
+    SERVER_READ_COLS,
+    key_args,
+    key_where,
+    put_params,
+    server_settings,
+    server_settings_values,
+    server_upsert,
+    user_settings,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -91,11 +101,6 @@ _OWN_OPTIONS = (
     "operation_timeout_s",
 )
 
-_COLS = (
-    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
-    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
-    "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
-)
 
 # The category map a write leaves behind; NULL when the write does not touch categories.
 # ``||`` lets the patch override stored slugs, and stripping nulls removes the slugs the patch
@@ -140,7 +145,7 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     refresh_epoch = s.refresh_epoch + %(reset)s::int,
     revision = s.revision + 1,
     updated_at = %(now)s::float8
-RETURNING {_COLS}
+RETURNING {SCOPE_COLS}
 """
 
 # Import: the row as given replaces every stored value; only the revision is ours.
@@ -162,7 +167,7 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     categories = excluded.categories, categories_at = excluded.categories_at,
     turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
     revision = s.revision + 1, updated_at = excluded.updated_at
-RETURNING {_COLS}
+RETURNING {SCOPE_COLS}
 """
 
 # The fenced upsert: the same row, kept only while no forget journaled after the write's
@@ -178,7 +183,7 @@ _FENCED_UPSERT = _UPSERT.replace("VALUES (", "SELECT ", 1).replace(
 )
 assert "fence_clear" in _FENCED_UPSERT
 
-_KEY_WHERE = "kind = %s AND owner_id = %s AND channel_id = %s AND COALESCE(persona_id, '') = %s"
+_KEY_WHERE = key_where("%s")
 
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
 # read in index order so the GroupAggregate streams and the Limit stops the scan after the
@@ -199,20 +204,6 @@ GROUP BY s.owner_id ORDER BY s.owner_id LIMIT %s
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
-
-_SERVER_COLS = (
-    "refresh_cadence",
-    "render_mode",
-    "crude_message_count",
-    "nudge_depth",
-    "content_depth",
-    "tool_description",
-    "nudge_text",
-    "stm_enabled",
-    "private_channel_ids",
-    "privacy_bypass",
-    "updated_at",
-)
 
 
 def _clean(value: str | None) -> str | None:
@@ -286,30 +277,7 @@ def _params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]
 
 
 def _put_params(row: ScopeRow) -> dict[str, Any]:
-    key, m = row.key, row.meta
-    return {
-        "kind": key.kind,
-        "owner": key.owner_id,
-        "channel": key.channel_id,
-        "persona": key.persona_id,
-        "server_id": m.server_id,
-        "server_name": _clean(m.server_name),
-        "channel_name": _clean(m.channel_name),
-        "parent": m.parent_channel_id,
-        "private": m.private,
-        "lineage": m.persona_lineage_id,
-        "summary": _clean(row.summary),
-        "summary_at": row.summary_at,
-        "categories": _jsonb(dict(row.categories)),
-        "categories_at": row.categories_at,
-        "turns": row.turns_since_refresh,
-        "epoch": row.refresh_epoch,
-        "updated_at": row.updated_at,
-    }
-
-
-def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:
-    return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
+    return put_params(row, text=_clean, flag=bool, categories=_jsonb)
 
 
 async def _unreachable(conninfo: str) -> str | None:
@@ -707,7 +675,7 @@ class PostgresStore:
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         async with self._conn("load") as conn:
             cur = await conn.execute(
-                f"SELECT {_COLS} FROM {self._t}scopes WHERE {_KEY_WHERE}", _key_args(key)
+                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE {_KEY_WHERE}", key_args(key)
             )
             r = await cur.fetchone()
             return None if r is None else _row(r)
@@ -715,7 +683,7 @@ class PostgresStore:
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         async with self._conn("owner load") as conn:
             cur = await conn.execute(
-                f"SELECT {_COLS} FROM {self._t}scopes WHERE kind = %s AND owner_id = %s",
+                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE kind = %s AND owner_id = %s",
                 (kind, owner_id),
             )
             return [_row(r) for r in await cur.fetchall()]
@@ -723,7 +691,7 @@ class PostgresStore:
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
         async with self._conn("channel load") as conn:
             cur = await conn.execute(
-                f"SELECT {_COLS} FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
+                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
             )
             return [_row(r) for r in await cur.fetchall()]
 
@@ -735,7 +703,7 @@ class PostgresStore:
         return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        sql = f"SELECT id, {_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
+        sql = f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
         last = 0
         while True:
             async with self._conn("export read") as conn:
@@ -803,7 +771,7 @@ class PostgresStore:
         # Keyset pages by id: each page is one short query on a pooled connection, so no
         # transaction or server-side cursor stays open while the caller works on a batch.
         sql = (
-            f"SELECT id, {_COLS} FROM {self._t}scopes WHERE id > %s AND "
+            f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s AND "
             "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
             "ORDER BY id LIMIT %s"
         )
@@ -859,7 +827,7 @@ class PostgresStore:
         async with self._forget_tx("server channel delete") as conn:
             seq = await self._journal(conn, "server_channel", key.astuple[1:], [target], now)
             cur = await conn.execute(
-                f"DELETE FROM {self._t}scopes WHERE {_KEY_WHERE}", _key_args(key)
+                f"DELETE FROM {self._t}scopes WHERE {_KEY_WHERE}", key_args(key)
             )
             return Forgotten(seq, cur.rowcount)
 
@@ -875,7 +843,7 @@ class PostgresStore:
                 (user_id,),
             )
             found = await cur.fetchone()
-        keep = None if found is None else UserSettings(Privacy(found[0]), bool(found[1]))
+        keep = None if found is None else user_settings(found[0], found[1])
         return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
 
     async def delete_server_channel(
@@ -952,26 +920,8 @@ class PostgresStore:
     ) -> int:
         s = settings
         t = self._t
-        upsert = (
-            f"INSERT INTO {t}server_settings (server_id, {', '.join(_SERVER_COLS)}) "
-            f"VALUES ({', '.join(['%s'] * (len(_SERVER_COLS) + 1))}) "
-            "ON CONFLICT (server_id) DO UPDATE SET "
-            + ", ".join(f"{c} = excluded.{c}" for c in _SERVER_COLS)
-        )
-        values = (
-            server_id,
-            s.refresh_cadence,
-            s.render_mode,
-            s.crude_message_count,
-            s.nudge_depth,
-            s.content_depth,
-            _clean(s.tool_description),
-            _clean(s.nudge_text),
-            s.stm_enabled,
-            _jsonb(sorted(s.private_channel_ids)),
-            s.privacy_bypass,
-            now,
-        )
+        upsert = server_upsert(f"{t}server_settings", "%s")
+        values = server_settings_values(server_id, s, now, text=_clean, flag=bool, id_list=_jsonb)
         labels = [clean_text(c.label) for c in s.categories]
         descriptions = [clean_text(c.description) for c in s.categories]
         async with self._forget_tx("server settings write") as conn:
@@ -1003,9 +953,7 @@ class PostgresStore:
         t = self._t
         async with self._conn("server settings read") as conn:
             cur = await conn.execute(
-                "SELECT s.server_id, s.refresh_cadence, s.render_mode, s.crude_message_count, "
-                "s.nudge_depth, s.content_depth, s.tool_description, s.nudge_text, "
-                "s.stm_enabled, s.private_channel_ids, s.privacy_bypass, "
+                f"SELECT {', '.join(f's.{c}' for c in SERVER_READ_COLS)}, "
                 "(SELECT COALESCE(jsonb_agg(jsonb_build_array(c.label, c.description) "
                 f"ORDER BY c.position), '[]'::jsonb) FROM {t}server_categories c "
                 "WHERE c.server_id = s.server_id) "
@@ -1013,22 +961,7 @@ class PostgresStore:
                 (since,),
             )
             rows = await cur.fetchall()
-        return {
-            r[0]: ServerSettings(
-                refresh_cadence=r[1],
-                render_mode=r[2],
-                crude_message_count=r[3],
-                nudge_depth=r[4],
-                content_depth=r[5],
-                tool_description=r[6],
-                nudge_text=r[7],
-                stm_enabled=r[8],
-                private_channel_ids=frozenset(r[9]),
-                privacy_bypass=r[10],
-                categories=tuple(Category(label, desc) for label, desc in r[11]),
-            )
-            for r in rows
-        }
+        return {r[0]: server_settings(r, r[9], r[11]) for r in rows}
 
     async def _save_user(
         self, conn: Conn, user_id: str, settings: UserSettings, now: float
@@ -1056,7 +989,7 @@ class PostgresStore:
                 (since,),
             )
             rows = await cur.fetchall()
-        return {uid: UserSettings(Privacy(p), bool(opt)) for uid, p, opt in rows}
+        return {uid: user_settings(p, opt) for uid, p, opt in rows}
 
     async def close(self) -> None:
         if self._closed:

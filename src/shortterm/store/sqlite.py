@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..model import (
-    Category,
     DistilledWrite,
     Privacy,
     ScopeKey,
@@ -47,6 +46,17 @@ from ..model.fence import (
 )
 from . import migrations
 from .base import JOURNAL_RETENTION_S, Forgotten
+from .sql_common import (
+    SCOPE_COLS,
+    SERVER_READ_COLS,
+    key_args,
+    key_where,
+    put_params,
+    server_settings,
+    server_settings_values,
+    server_upsert,
+    user_settings,
+)
 from .wal_watch import WalWatch
 
 __all__ = ["SQLiteStore", "sqlite_path"]
@@ -55,11 +65,6 @@ log = logging.getLogger("shortterm")
 
 T = TypeVar("T")
 
-_COLS = (
-    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
-    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
-    "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
-)
 
 # One upsert serves capture and tool writes alike. Metadata given as NULL means "unknown,
 # keep what is stored"; the lineage is written on every upsert that knows it (never lost to a
@@ -87,27 +92,10 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     refresh_epoch = s.refresh_epoch + :reset,
     revision = s.revision + 1,
     updated_at = :now
-RETURNING {_COLS}
+RETURNING {SCOPE_COLS}
 """
 
-_SERVER_COLS = (
-    "refresh_cadence",
-    "render_mode",
-    "crude_message_count",
-    "nudge_depth",
-    "content_depth",
-    "tool_description",
-    "nudge_text",
-    "stm_enabled",
-    "private_channel_ids",
-    "privacy_bypass",
-    "updated_at",
-)
-_SERVER_UPSERT = (
-    f"INSERT INTO server_settings (server_id, {', '.join(_SERVER_COLS)}) "
-    f"VALUES ({', '.join('?' * (len(_SERVER_COLS) + 1))}) ON CONFLICT (server_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _SERVER_COLS)
-)
+_SERVER_UPSERT = server_upsert("server_settings", "?")
 
 # The capture path: every scope of a turn in one statement (one implicit transaction, one
 # WAL append). Capture always knows its metadata, so only "unknown" names and lineage keep
@@ -127,7 +115,7 @@ _TOUCH_ON_CONFLICT = (
     "persona_lineage_id = COALESCE(excluded.persona_lineage_id, s.persona_lineage_id), "
     "turns_since_refresh = s.turns_since_refresh + excluded.turns_since_refresh, "
     "revision = s.revision + 1, updated_at = excluded.updated_at "
-    f"RETURNING {_COLS}"
+    f"RETURNING {SCOPE_COLS}"
 )
 _TOUCH_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
 _TOUCH = f"INSERT INTO scopes AS s ({_TOUCH_COLS}) VALUES {{rows}} {_TOUCH_ON_CONFLICT}"
@@ -157,7 +145,7 @@ _FENCED_UPSERT = _UPSERT.replace("VALUES (", "SELECT ", 1).replace(
 )
 assert _FENCED_UPSERT.count("NOT EXISTS") == 1
 
-_KEY_WHERE = "kind = ? AND owner_id = ? AND channel_id = ? AND COALESCE(persona_id, '') = ?"
+_KEY_WHERE = key_where("?")
 
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
 # which also yields the groups in order, so the scan stops after LIMIT groups. EXPLAIN QUERY
@@ -251,31 +239,20 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     categories = excluded.categories, categories_at = excluded.categories_at,
     turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
     revision = s.revision + 1, updated_at = excluded.updated_at
-RETURNING {_COLS}
+RETURNING {SCOPE_COLS}
 """
 
 
 def _put_params(row: ScopeRow) -> dict[str, Any]:
-    key, m = row.key, row.meta
-    return {
-        "kind": key.kind,
-        "owner": key.owner_id,
-        "channel": key.channel_id,
-        "persona": key.persona_id,
-        "server_id": m.server_id,
-        "server_name": m.server_name,
-        "channel_name": m.channel_name,
-        "parent": m.parent_channel_id,
-        "private": int(m.private),
-        "lineage": m.persona_lineage_id,
-        "summary": row.summary,
-        "summary_at": row.summary_at,
-        "categories": json.dumps(dict(row.categories), ensure_ascii=False, sort_keys=True),
-        "categories_at": row.categories_at,
-        "turns": row.turns_since_refresh,
-        "epoch": row.refresh_epoch,
-        "updated_at": row.updated_at,
-    }
+    return put_params(row, text=_as_is, flag=int, categories=_categories_json)
+
+
+def _as_is(value: str | None) -> str | None:
+    return value
+
+
+def _categories_json(categories: dict[str, str]) -> str:
+    return json.dumps(categories, ensure_ascii=False, sort_keys=True)
 
 
 _TARGET_NAMES = tuple(f"t{i}" for i in range(MAX_TARGETS))
@@ -519,7 +496,7 @@ class SQLiteStore:
                     current: Mapping[str, str] = {}
                     if change.categories is not None and not change.replace_categories:
                         cur = db.execute(
-                            f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
+                            f"SELECT categories FROM scopes WHERE {_KEY_WHERE}", key_args(key)
                         ).fetchone()
                         current = json.loads(cur[0]) if cur else {}
                     r = db.execute(statement, params_for(key, meta, current)).fetchone()
@@ -535,7 +512,7 @@ class SQLiteStore:
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         def run() -> ScopeRow | None:
             r = self._db.execute(
-                f"SELECT {_COLS} FROM scopes WHERE {_KEY_WHERE}", _key_args(key)
+                f"SELECT {SCOPE_COLS} FROM scopes WHERE {_KEY_WHERE}", key_args(key)
             ).fetchone()
             return None if r is None else _row(r)
 
@@ -547,7 +524,8 @@ class SQLiteStore:
             lambda: [
                 _row(r)
                 for r in self._db.execute(
-                    f"SELECT {_COLS} FROM scopes WHERE kind = ? AND owner_id = ?", (kind, owner_id)
+                    f"SELECT {SCOPE_COLS} FROM scopes WHERE kind = ? AND owner_id = ?",
+                    (kind, owner_id),
                 )
             ],
         )
@@ -558,7 +536,7 @@ class SQLiteStore:
             lambda: [
                 _row(r)
                 for r in self._db.execute(
-                    f"SELECT {_COLS} FROM scopes WHERE channel_id = ?", (channel_id,)
+                    f"SELECT {SCOPE_COLS} FROM scopes WHERE channel_id = ?", (channel_id,)
                 )
             ],
         )
@@ -571,7 +549,7 @@ class SQLiteStore:
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         # Keyset pages by id: each page is one short read, so no read transaction stays open
         # (and holds back WAL checkpoints) while the caller works on a batch.
-        sql = f"SELECT id, {_COLS} FROM scopes WHERE id > ? ORDER BY id LIMIT ?"
+        sql = f"SELECT id, {SCOPE_COLS} FROM scopes WHERE id > ? ORDER BY id LIMIT ?"
         last = 0
         while True:
             page = self._fetch("export read", sql, (last, batch_rows))
@@ -611,7 +589,7 @@ class SQLiteStore:
         cursor = self._guard(
             "hydration query",
             lambda: self._db.execute(
-                f"SELECT {_COLS} FROM scopes WHERE (summary IS NOT NULL AND summary_at > ?) "
+                f"SELECT {SCOPE_COLS} FROM scopes WHERE (summary IS NOT NULL AND summary_at > ?) "
                 "OR categories_at > ?",
                 (since, since),
             ),
@@ -693,7 +671,7 @@ class SQLiteStore:
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
             seq = _journal(db, "server_channel", key.astuple[1:], [target], now)
-            n = db.execute(f"DELETE FROM scopes WHERE {_KEY_WHERE}", _key_args(key)).rowcount
+            n = db.execute(f"DELETE FROM scopes WHERE {_KEY_WHERE}", key_args(key)).rowcount
             return seq, n
 
         return self._forget("server channel delete", apply)
@@ -704,7 +682,7 @@ class SQLiteStore:
     async def delete_user_scopes(self, user_id: str) -> int:
         """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
         found = self._fetch("user settings read", _USER_SETTINGS_OF, (user_id,))
-        keep = _user_settings(found[0]) if found else None
+        keep = user_settings(*found[0]) if found else None
         return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
 
     async def delete_server_channel(
@@ -778,19 +756,8 @@ class SQLiteStore:
                 was_private = frozenset(json.loads(old[0])) if old else frozenset()
                 db.execute(
                     _SERVER_UPSERT,
-                    (
-                        server_id,
-                        s.refresh_cadence,
-                        s.render_mode,
-                        s.crude_message_count,
-                        s.nudge_depth,
-                        s.content_depth,
-                        s.tool_description,
-                        s.nudge_text,
-                        int(s.stm_enabled),
-                        json.dumps(sorted(s.private_channel_ids)),
-                        int(s.privacy_bypass),
-                        now,
+                    server_settings_values(
+                        server_id, s, now, text=_as_is, flag=int, id_list=json.dumps
                     ),
                 )
                 db.execute("DELETE FROM server_categories WHERE server_id = ?", (server_id,))
@@ -811,9 +778,7 @@ class SQLiteStore:
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         def run() -> dict[str, ServerSettings]:
             rows = self._db.execute(
-                "SELECT server_id, refresh_cadence, render_mode, crude_message_count, nudge_depth, "
-                "content_depth, tool_description, nudge_text, stm_enabled, private_channel_ids, "
-                "privacy_bypass FROM server_settings WHERE updated_at >= ?",
+                f"SELECT {', '.join(SERVER_READ_COLS)} FROM server_settings WHERE updated_at >= ?",
                 (since,),
             ).fetchall()
             out = {}
@@ -823,19 +788,7 @@ class SQLiteStore:
                     "ORDER BY position",
                     (r[0],),
                 ).fetchall()
-                out[r[0]] = ServerSettings(
-                    refresh_cadence=r[1],
-                    render_mode=r[2],
-                    crude_message_count=r[3],
-                    nudge_depth=r[4],
-                    content_depth=r[5],
-                    tool_description=r[6],
-                    nudge_text=r[7],
-                    stm_enabled=bool(r[8]),
-                    private_channel_ids=frozenset(json.loads(r[9])),
-                    privacy_bypass=bool(r[10]),
-                    categories=tuple(Category(label, desc) for label, desc in cats),
-                )
+                out[r[0]] = server_settings(r, json.loads(r[9]), cats)
             return out
 
         return self._guard("server settings read", run)
@@ -855,7 +808,7 @@ class SQLiteStore:
         return self._guard(
             "user settings read",
             lambda: {
-                uid: UserSettings(Privacy(p), bool(opt))
+                uid: user_settings(p, opt)
                 for uid, p, opt in self._db.execute(
                     "SELECT user_id, privacy, cross_server_opt_in FROM user_settings "
                     "WHERE updated_at >= ?",
@@ -885,10 +838,6 @@ class SQLiteStore:
 _USER_SETTINGS_OF = "SELECT privacy, cross_server_opt_in FROM user_settings WHERE user_id = ?"
 
 
-def _user_settings(r: Sequence[Any]) -> UserSettings:
-    return UserSettings(Privacy(r[0]), bool(r[1]))
-
-
 def _save_user(db: sqlite3.Connection, user_id: str, settings: UserSettings, now: float) -> None:
     db.execute(
         "INSERT INTO user_settings VALUES (?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET "
@@ -909,7 +858,3 @@ def _fenced(
         (fence.position, *targets),
     ).fetchone()
     return found is not None
-
-
-def _key_args(key: ScopeKey) -> tuple[str, str, str, str]:
-    return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
