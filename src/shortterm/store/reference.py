@@ -1,7 +1,8 @@
-"""The in-memory reference store: the contract's semantics in plain Python.
+"""The reference implementation of the Store protocol: the contract's semantics in plain Python.
 
-Nothing survives the process (``store="memory://"``): for tests, notebooks and as the yardstick
-the conformance suite holds every other backend to.
+``ReferenceStore`` is what the conformance suite (tests/conformance) is checked against: where
+SQLite or PostgreSQL behave differently from it, they are wrong. Nothing survives the process
+(``store="memory://"``): for tests and notebooks too.
 """
 
 from __future__ import annotations
