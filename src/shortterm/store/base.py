@@ -11,17 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol
 
-from ..model import (
-    DistilledWrite,
-    ScopeKey,
-    ScopeKind,
-    ScopeMeta,
-    ScopeRow,
-    ServerSettings,
-    ServerSummary,
-    UserSettings,
-)
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
+from ..model.keys import ScopeKey, ScopeKind
+from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ..model.settings import ServerSettings, UserSettings
 
 # The row types live in the model (the tiers share them without importing each other);
 # they are re-exported here, where they were first defined.

@@ -17,27 +17,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ...model import (
-    DistilledWrite,
-    Privacy,
-    ScopeKey,
-    ScopeKind,
-    ScopeMeta,
-    ScopeRow,
-    ServerSettings,
-    ServerSummary,
-    UserSettings,
-    urls,
-)
+from ...model import fence as fencing
+from ...model import urls
 from ...model.errors import ConfigError, StoreUnavailable
-from ...model.fence import (
-    JournalEntry,
-    WriteFence,
-    channel_target,
-    scope_targets,
-    server_channel_target,
-    user_target,
-)
+from ...model.keys import Privacy, ScopeKey, ScopeKind
+from ...model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ...model.settings import ServerSettings, UserSettings
 from ..base import JOURNAL_RETENTION_S, Forgotten
 from ..sql_common import SCOPE_COLS, key_args, user_settings
 from . import journal, schema, sql
@@ -198,7 +183,7 @@ class PostgresStore:
         self,
         what: str,
         params: list[dict[str, Any]],
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
         *,
         journaled: bool = False,
     ) -> list[ScopeRow]:
@@ -281,7 +266,7 @@ class PostgresStore:
         *,
         increment: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         params = []
         for key, meta in scopes:
@@ -298,7 +283,7 @@ class PostgresStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         summary = clean(change.summary)
         patch = None if change.categories is None else jsonb(change.categories)
@@ -362,7 +347,7 @@ class PostgresStore:
                 return
 
     async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+        self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
     ) -> list[ScopeRow]:
         if not rows:
             return []
@@ -387,7 +372,9 @@ class PostgresStore:
             )
             for row, p in zip(rows, params, strict=True):
                 m = row.meta
-                targets = scope_targets(row.key, m.server_id, m.parent_channel_id, fence.triggerer)
+                targets = fencing.scope_targets(
+                    row.key, m.server_id, m.parent_channel_id, fence.triggerer
+                )
                 cur = await conn.execute(
                     f"SELECT {self._t}fence_clear(%s::text[], %s::bigint)",
                     (list(targets), fence.position),
@@ -435,7 +422,7 @@ class PostgresStore:
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
         async with self._forget_tx("channel delete") as conn:
             seq = await journal.append(
-                conn, self._t, "channel", [channel_id], [channel_target(channel_id)], now
+                conn, self._t, "channel", [channel_id], [fencing.channel_target(channel_id)], now
             )
             cur = await conn.execute(
                 f"DELETE FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
@@ -445,7 +432,7 @@ class PostgresStore:
     async def forget_user(
         self, user_id: str, *, keep: UserSettings | None, now: float
     ) -> Forgotten:
-        target = user_target(user_id)
+        target = fencing.user_target(user_id)
         t = self._t
         async with self._forget_tx("user delete") as conn:
             seq = await journal.append(conn, self._t, "user", [target], [target], now)
@@ -463,7 +450,7 @@ class PostgresStore:
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
     ) -> Forgotten:
         key = ScopeKey.server(server_id, channel_id, persona_id)
-        target = server_channel_target(server_id, channel_id, persona_id)
+        target = fencing.server_channel_target(server_id, channel_id, persona_id)
         async with self._forget_tx("server channel delete") as conn:
             seq = await journal.append(
                 conn, self._t, "server_channel", key.astuple[1:], [target], now
@@ -514,7 +501,7 @@ class PostgresStore:
         :class:`journal.JournalListener`): no query, so an outage costs no extra wait here."""
         return self._listener.moved()
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
         async with self._conn("journal read") as conn:
             cur = await conn.execute(
                 f"SELECT seq, kind, subject, targets FROM {self._t}journal WHERE seq > %s "
@@ -522,7 +509,7 @@ class PostgresStore:
                 (seq, limit),
             )
             rows = await cur.fetchall()
-        return [JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
+        return [fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
 
     async def journal_head(self) -> int:
         async with self._conn("journal read") as conn:
@@ -546,7 +533,7 @@ class PostgresStore:
         async with self._forget_tx("user settings write") as conn:
             await settings_sql.write_user(conn, self._t, user_id, settings, now)
             full = settings.privacy is Privacy.FULL
-            targets = [user_target(user_id)] if full else []
+            targets = [fencing.user_target(user_id)] if full else []
             return await journal.append(conn, self._t, "user_settings", [], targets, now)
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:

@@ -19,26 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...model import (
-    DistilledWrite,
-    Privacy,
-    ScopeKey,
-    ScopeKind,
-    ScopeMeta,
-    ScopeRow,
-    ServerSettings,
-    ServerSummary,
-    UserSettings,
-    merge_categories,
-)
+from ...model import fence as fencing
 from ...model.errors import ConfigError, StoreUnavailable
-from ...model.fence import (
-    JournalEntry,
-    WriteFence,
-    channel_target,
-    server_channel_target,
-    user_target,
-)
+from ...model.keys import Privacy, ScopeKey, ScopeKind
+from ...model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, merge_categories
+from ...model.settings import ServerSettings, UserSettings
 from .. import migrations
 from ..base import JOURNAL_RETENTION_S, Forgotten
 from ..sql_common import SCOPE_COLS, key_args, user_settings
@@ -167,7 +152,7 @@ class SQLiteStore:
         *,
         increment: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         live = increment.astuple if increment is not None else None
         args: list[Any] = []
@@ -215,7 +200,7 @@ class SQLiteStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         def params_for(
             key: ScopeKey, meta: ScopeMeta | None, current: Mapping[str, str]
@@ -313,7 +298,7 @@ class SQLiteStore:
             await asyncio.sleep(0)
 
     async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+        self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
     ) -> list[ScopeRow]:
         params = [put_row_params(row) for row in rows]
         now = max((row.updated_at for row in rows), default=0.0)
@@ -386,7 +371,9 @@ class SQLiteStore:
 
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "channel", [channel_id], [channel_target(channel_id)], now)
+            seq = journal.append(
+                db, "channel", [channel_id], [fencing.channel_target(channel_id)], now
+            )
             n = db.execute("DELETE FROM scopes WHERE channel_id = ?", (channel_id,)).rowcount
             return seq, n
 
@@ -395,7 +382,7 @@ class SQLiteStore:
     async def forget_user(
         self, user_id: str, *, keep: UserSettings | None, now: float
     ) -> Forgotten:
-        target = user_target(user_id)
+        target = fencing.user_target(user_id)
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
             seq = journal.append(db, "user", [target], [target], now)
@@ -415,7 +402,7 @@ class SQLiteStore:
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
     ) -> Forgotten:
         key = ScopeKey.server(server_id, channel_id, persona_id)
-        target = server_channel_target(server_id, channel_id, persona_id)
+        target = fencing.server_channel_target(server_id, channel_id, persona_id)
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
             seq = journal.append(db, "server_channel", key.astuple[1:], [target], now)
@@ -474,14 +461,15 @@ class SQLiteStore:
         self._data_version = version
         return moved
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
         rows = self._fetch(
             "journal read",
             "SELECT seq, kind, subject, targets FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
             (seq, limit),
         )
         return [
-            JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3]))) for r in rows
+            fencing.JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])))
+            for r in rows
         ]
 
     async def journal_head(self) -> int:
@@ -511,7 +499,7 @@ class SQLiteStore:
                 settings_sql.write_user(db, user_id, settings, now)
                 full = settings.privacy is Privacy.FULL
                 return journal.append(
-                    db, "user_settings", [], [user_target(user_id)] if full else [], now
+                    db, "user_settings", [], [fencing.user_target(user_id)] if full else [], now
                 )
 
         return self._guard("user settings write", run)
