@@ -8,12 +8,15 @@ backends accept the same spellings and fail with the same messages. Pure: no I/O
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import ConfigError
 
 __all__ = ["at_least_one", "non_negative_number", "positive_seconds", "split_options"]
+
+T = TypeVar("T", int, float)
 
 
 def split_options(
@@ -47,27 +50,32 @@ def positive_seconds(options: Mapping[str, str], name: str, default: float, url:
 
 def at_least_one(options: Mapping[str, str], name: str, default: int, url: str) -> int:
     """A count (a pool size) that must be a whole number of at least 1."""
-    raw = options.get(name)
-    if raw is None:
+    value = _given(options, name, url, int, "an integer")
+    if value is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not an integer") from None
     if value < 1:
-        raise ConfigError(f"{name}={raw!r} in {url!r} must be at least 1")
+        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be at least 1")
     return value
 
 
 def non_negative_number(options: Mapping[str, str], name: str, default: float, url: str) -> float:
     """A finite number of zero or more (a retry count, a margin in seconds)."""
+    value = _given(options, name, url, float, "a number")
+    if value is None:
+        return default
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be a non-negative number")
+    return value
+
+
+def _given(
+    options: Mapping[str, str], name: str, url: str, parse: Callable[[str], T], noun: str
+) -> T | None:
+    """The option parsed, ``None`` when absent; a value that does not parse names ``noun``."""
     raw = options.get(name)
     if raw is None:
-        return default
+        return None
     try:
-        value = float(raw)
+        return parse(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}={raw!r} in {url!r} must be a non-negative number")
-    return value
+        raise ConfigError(f"{name}={raw!r} in {url!r} is not {noun}") from None

@@ -92,20 +92,6 @@ class ReferenceStore:
     async def migrate(self) -> list[str]:
         return []
 
-    def _upsert(
-        self,
-        key: ScopeKey,
-        meta: ScopeMeta | None,
-        now: float,
-        *,
-        inc: int = 0,
-        changes: dict[str, Any] | None = None,
-    ) -> ScopeRow:
-        """Insert or update one row, as the SQL backends' single upsert statement does."""
-        row = self._next_row(key, meta, now, inc=inc, changes=changes)
-        self._store(row)
-        return row
-
     def _next_row(
         self,
         key: ScopeKey,
@@ -115,7 +101,8 @@ class ReferenceStore:
         inc: int = 0,
         changes: dict[str, Any] | None = None,
     ) -> ScopeRow:
-        """The row ``key`` would hold after the change; nothing is stored yet."""
+        """The row ``key`` would hold after the change, as the SQL backends' single upsert
+        statement computes it; nothing is stored yet (:meth:`_store` does)."""
         old = self._rows.get(key.astuple)
         if old is None:
             fields: dict[str, Any] = {"turns_since_refresh": inc}
@@ -138,7 +125,7 @@ class ReferenceStore:
             fields.update(changes)
         return ScopeRow(key=key, updated_at=now, **fields)
 
-    def _store(self, row: ScopeRow) -> None:
+    def _store(self, row: ScopeRow) -> ScopeRow:
         kt = row.key.astuple
         if kt not in self._rows:
             owner = (kt[0], kt[1])
@@ -148,6 +135,7 @@ class ReferenceStore:
             self._by_channel.setdefault(kt[2], set()).add(kt)
             self._born[kt] = next(self._births)
         self._rows[kt] = row
+        return row
 
     async def touch(
         self,
@@ -159,7 +147,7 @@ class ReferenceStore:
     ) -> list[ScopeRow]:
         live = increment.astuple if increment is not None else None
         return [
-            self._upsert(key, meta, now, inc=int(key.astuple == live))
+            self._store(self._next_row(key, meta, now, inc=int(key.astuple == live)))
             for key, meta in scopes
             if not self._fenced(key, meta, fence)
         ]

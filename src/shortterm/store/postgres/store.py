@@ -333,18 +333,11 @@ class PostgresStore:
         return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        sql = f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
-        last = 0
-        while True:
-            async with self._conn("export read") as conn:
-                cur = await conn.execute(sql, (last, batch_rows))
-                rows = await cur.fetchall()
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [scope_row(r[1:]) for r in rows]
-            if len(rows) < batch_rows:
-                return
+        page_sql = (
+            f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
+        )
+        async for batch in self._pages("export read", page_sql, (), batch_rows):
+            yield batch
 
     async def put_rows(
         self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
@@ -402,15 +395,24 @@ class PostgresStore:
     ) -> AsyncIterator[list[ScopeRow]]:
         # Keyset pages by id: each page is one short query on a pooled connection, so no
         # transaction or server-side cursor stays open while the caller works on a batch.
-        sql = (
+        page_sql = (
             f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s AND "
             "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
             "ORDER BY id LIMIT %s"
         )
+        async for batch in self._pages("hydration read", page_sql, (since, since), batch_rows):
+            yield batch
+
+    async def _pages(
+        self, what: str, page_sql: str, args: tuple[Any, ...], batch_rows: int
+    ) -> AsyncIterator[list[ScopeRow]]:
+        """Keyset pages by id, ``page_sql`` taking (last id, *args, limit): each page is one
+        short query on a pooled connection, so no transaction or server-side cursor stays
+        open while the caller works on a batch."""
         last = 0
         while True:
-            async with self._conn("hydration read") as conn:
-                cur = await conn.execute(sql, (last, since, since, batch_rows))
+            async with self._conn(what) as conn:
+                cur = await conn.execute(page_sql, (last, *args, batch_rows))
                 rows = await cur.fetchall()
             if not rows:
                 return
