@@ -24,6 +24,11 @@ __all__ = ["HotTier"]
 
 
 class HotTier(Protocol):
+    """What the memory facade needs from a hot tier.
+
+    A delete count is the number of entries removed, live or expired but not yet swept;
+    lists of entries come in no promised order."""
+
     async def get(self, key: ScopeKey, now: float) -> Entry | None:
         """The live view of ``key``, or ``None``."""
 
@@ -50,7 +55,8 @@ class HotTier(Protocol):
         self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
     ) -> None:
         """Mirror durable rows, keeping cached messages; older revisions never win. With
-        ``fence``, rows covered by a forget recorded after it are skipped (atomically)."""
+        ``fence``, rows covered by a forget recorded after it are skipped (atomically).
+        Returns nothing: a skipped row is not an error."""
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
         """Remember forget ``seq``'s targets (before its entries are evicted), so a write that
@@ -68,36 +74,46 @@ class HotTier(Protocol):
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
-        """Live entries of one owner and whether the tier is sure it holds all of them."""
+        """Live entries of one owner, in no promised order, and whether the tier is sure it
+        holds all of them (False: the facade must re-read the owner from the durable tier)."""
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         """The facade re-read this owner from the durable tier."""
 
-    async def delete(self, key: ScopeKey) -> bool: ...
+    async def delete(self, key: ScopeKey) -> bool:
+        """Drop the entry of ``key``; returns whether there was one."""
 
-    async def delete_channel(self, channel_id: str) -> int: ...
+    async def delete_channel(self, channel_id: str) -> int:
+        """Drop every entry of one channel (all users, personas, both kinds); returns how
+        many."""
 
-    async def delete_owner(self, kind: ScopeKind, owner_id: str) -> int: ...
+    async def delete_owner(self, kind: ScopeKind, owner_id: str) -> int:
+        """Drop every entry of one owner; returns how many."""
 
     async def scrub_author(self, author_id: str, now: float) -> int:
         """Remove every message written by ``author_id`` from every entry; returns how many
         entries changed."""
 
     async def sweep(self, now: float) -> int:
-        """Drop expired entries; returns how many."""
+        """Drop entries with nothing live left at ``now``; returns how many."""
 
     @property
     def complete(self) -> bool:
         """True while the tier holds every durable row that has live values (after a full
         hydration and before any eviction): a miss then needs no durable read."""
 
-    def set_complete(self, value: bool) -> None: ...
+    def set_complete(self, value: bool) -> None:
+        """Set :attr:`complete` (the facade, after a full hydration); a tier that cannot be
+        complete (a shared one) ignores True."""
 
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> dict[str, int]:
+        """Counters for monitoring: at least ``entries`` and ``bytes``, plus the tier's own
+        (hits, misses, stores, evictions, ...). Cheap and synchronous."""
 
     def operation(self) -> AbstractContextManager[None]:
         """Marks one facade call (a context, a capture, a tool call, a clear): a tier whose
         server stopped answering fails the rest of the call at once instead of waiting out
         its timeouts again for every later step."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the tier's resources (idempotent)."""

@@ -1,5 +1,8 @@
 """The in-process hot tier: one dict in LRU order, a TTL heap, and dict-of-set indexes.
 
+Over 500 lines on purpose: the dict, the heap and the indexes must change together, so the
+one class that owns them stays in one file; split, an index could drift from the dict.
+
 Every removal (expiry, eviction, clear) goes through :meth:`InProcessCache._remove`, so the
 indexes can never keep a key the dict has dropped. Records are mutable and private; readers
 get frozen :class:`Entry` views, built once and reused until the record changes or a value in

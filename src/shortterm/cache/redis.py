@@ -1,5 +1,9 @@
 """The Redis hot tier (redis-py ``redis.asyncio``): one shared cache for many processes.
 
+Over 500 lines on purpose: one class whose every method is one Lua script call plus its
+error handling, which reads best beside the layout below. The scripts are in ``lua/``, the
+record encoding in :mod:`.redis_codec`.
+
 Layout, under a key prefix ``P`` (default ``shortterm:``)::
 
     P e:<key>                 hash: one record (meta, mirrored durable values, messages, ...)
@@ -48,13 +52,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -63,10 +66,21 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..model import Entry, Message, Privacy, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow, urls
 from ..model.config import Config
 from ..model.errors import ConfigError, StoreUnavailable
 from ..model.fence import JOURNAL_RETENTION_S, WriteFence, author_targets, scope_targets
+from .redis_codec import (
+    authors,
+    authors_json,
+    decode_messages,
+    dumps,
+    key_of,
+    lua_float,
+    member,
+    messages_json,
+    meta_json,
+)
 
 __all__ = ["RedisCache"]
 
@@ -107,100 +121,6 @@ _OWNER = _PRELUDE + _lua("owner")
 _AUTHORED = _PRELUDE + _lua("authored")
 _REWRITE = _PRELUDE + _lua("rewrite")
 _RECORD_FORGET = _lua("record_forget")
-
-
-def _dumps(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-
-
-def _lua_float(value: float) -> str:
-    """A float as a Lua script reads it back exactly (repr round-trips)."""
-    return repr(float(value))
-
-
-def _member(key: ScopeKey) -> str:
-    return _dumps([key.kind, key.owner_id, key.channel_id, key.persona_id])
-
-
-def _key_of(member: str) -> ScopeKey:
-    kind, owner, channel, persona = json.loads(member)
-    return ScopeKey(kind, owner, channel, persona)
-
-
-def _meta_json(meta: ScopeMeta) -> str:
-    m = meta
-    return _dumps(
-        [
-            m.server_id,
-            m.server_name,
-            m.channel_name,
-            m.parent_channel_id,
-            m.private,
-            m.persona_lineage_id,
-        ]
-    )
-
-
-def _messages_json(at: float, messages: Sequence[Message]) -> str:
-    return _dumps(
-        [
-            at,
-            [
-                [m.role, m.content, m.author_id, m.speaker, m.at, m.message_id, m.privacy.value]
-                for m in messages
-            ],
-        ]
-    )
-
-
-def _authors(messages: Sequence[Message]) -> list[str]:
-    return sorted({m.author_id for m in messages if m.author_id is not None})
-
-
-def _authors_json(messages: Sequence[Message]) -> str:
-    return _dumps(_authors(messages))
-
-
-def _decode_messages(raw: list[Any]) -> tuple[Message, ...]:
-    return tuple(
-        Message(
-            role,
-            content,
-            author_id=author,
-            speaker=speaker,
-            at=at,
-            message_id=message_id,
-            privacy=Privacy(privacy),
-        )
-        for role, content, author, speaker, at, message_id, privacy in raw
-    )
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"not a Redis URL: {url!r} (use redis://host:6379/0)")
-    ours: dict[str, str] = {}
-    theirs: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _OWN_OPTIONS:
-            ours[name] = value
-        else:
-            theirs.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(theirs))), ours
-
-
-def _number(options: Mapping[str, str], name: str, default: float, url: str) -> float:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}={raw!r} in {url!r} must be a non-negative number")
-    return value
 
 
 class RedisCache:
@@ -262,10 +182,15 @@ class RedisCache:
         :func:`failure_bound_s` (``(retries + 1) × socket_timeout + retries × 0.2 s``), and a
         facade call within that of its first failing Redis call.
         """
-        redis_url, options = _split_url(url)
-        retries = int(_number(options, "retries", 1, url))
+        redis_url, options = urls.split_options(
+            url,
+            schemes=("redis", "rediss", "unix"),
+            ours=_OWN_OPTIONS,
+            wrong_scheme=f"not a Redis URL: {url!r} (use redis://host:6379/0)",
+        )
+        retries = int(urls.non_negative_number(options, "retries", 1, url))
         given = dict(parse_qsl(urlsplit(redis_url).query))
-        socket_timeout_s = _number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
+        socket_timeout_s = urls.non_negative_number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
         if socket_timeout_s <= 0:
             raise ConfigError(f"socket_timeout in {url!r} must be a positive number of seconds")
         try:
@@ -283,8 +208,10 @@ class RedisCache:
             crude_ttl_s=config.crude_ttl_s,
             summary_ttl_s=config.summary_ttl_s,
             prefix=options.get("prefix", "shortterm:"),
-            owner_complete_ttl_s=_number(options, "owner_complete_ttl_s", 300.0, url),
-            safety_margin_s=_number(options, "safety_margin_s", 3600.0, url),
+            owner_complete_ttl_s=urls.non_negative_number(
+                options, "owner_complete_ttl_s", 300.0, url
+            ),
+            safety_margin_s=urls.non_negative_number(options, "safety_margin_s", 3600.0, url),
             owns_client=True,
             call_timeout_s=failure_bound_s(socket_timeout_s, retries),
         )
@@ -341,7 +268,7 @@ class RedisCache:
 
     def _durable(self, row: ScopeRow) -> tuple[str, str]:
         """The mirrored durable values of a row, and when the last of them expires."""
-        d = _dumps(
+        d = dumps(
             [
                 row.summary,
                 row.summary_at,
@@ -355,7 +282,7 @@ class RedisCache:
             expiries.append(row.summary_at + self.summary_ttl_s)
         if row.categories and row.categories_at is not None:
             expiries.append(row.categories_at + self.summary_ttl_s)
-        return d, _lua_float(max(expiries)) if expiries else ""
+        return d, lua_float(max(expiries)) if expiries else ""
 
     # -- views ----------------------------------------------------------------------------
 
@@ -367,7 +294,7 @@ class RedisCache:
         if m_raw:
             at, raw = json.loads(m_raw)
             if raw and now < at + self.crude_ttl_s:
-                messages, messages_at = _decode_messages(raw), at
+                messages, messages_at = decode_messages(raw), at
         summary = summary_at = categories_at = None
         categories: Mapping[str, str] = {}
         turns = 0
@@ -402,7 +329,7 @@ class RedisCache:
     async def get(self, key: ScopeKey, now: float) -> Entry | None:
         fields = await self._call(
             "read",
-            self.client.hmget(self._record_key(_member(key)), ["meta", "d", "m"]),
+            self.client.hmget(self._record_key(member(key)), ["meta", "d", "m"]),
         )
         meta_raw, d_raw, m_raw = fields
         view = None if meta_raw is None else self._view(key, meta_raw, d_raw, m_raw, now)
@@ -412,7 +339,7 @@ class RedisCache:
     async def counter(self, key: ScopeKey, now: float) -> int | None:
         d_raw, exp = await self._call(
             "read",
-            self.client.hmget(self._record_key(_member(key)), ["d", "exp"]),
+            self.client.hmget(self._record_key(member(key)), ["d", "exp"]),
         )
         if exp is None or now >= float(exp):
             return None
@@ -431,29 +358,29 @@ class RedisCache:
         position, targets = "", "[]"
         if fence is not None:
             position = str(fence.position)
-            targets = _dumps(
+            targets = dumps(
                 scope_targets(key, meta.server_id, meta.parent_channel_id, fence.triggerer)
             )
         for _attempt in range(3):
-            authors = [[a, t] for a, t in author_targets(_authors(messages)).items()]
+            author_pairs = [[a, t] for a, t in author_targets(authors(messages)).items()]
             args = [
                 self.prefix,
-                _member(key),
+                member(key),
                 self._owner_key(key.kind, key.owner_id),
                 self._channel_key(key.channel_id),
                 str(row.revision) if row is not None else "",
-                _meta_json(row.meta if row is not None else meta),
+                meta_json(row.meta if row is not None else meta),
                 d,
                 vexp,
-                _messages_json(now, messages),
-                _lua_float(now + self.crude_ttl_s) if messages else "",
-                _authors_json(messages),
-                _lua_float(now),
-                _lua_float(now + self.crude_ttl_s),
+                messages_json(now, messages),
+                lua_float(now + self.crude_ttl_s) if messages else "",
+                authors_json(messages),
+                lua_float(now),
+                lua_float(now + self.crude_ttl_s),
                 self._margin_ms,
                 position,
                 targets,
-                _dumps(authors),
+                dumps(author_pairs),
             ]
             reply = await self._call("capture", self._capture(args=args))
             outcome = self._totals(reply)
@@ -474,18 +401,18 @@ class RedisCache:
         targets = "[]"
         if fence is not None:
             m = row.meta
-            targets = _dumps(scope_targets(key, m.server_id, m.parent_channel_id, fence.triggerer))
+            targets = dumps(scope_targets(key, m.server_id, m.parent_channel_id, fence.triggerer))
         return [
             self.prefix,
-            _member(key),
+            member(key),
             self._owner_key(key.kind, key.owner_id),
             self._channel_key(key.channel_id),
             str(row.revision),
-            _meta_json(row.meta),
+            meta_json(row.meta),
             d,
             vexp,
-            _lua_float(now),
-            _lua_float(now + self.crude_ttl_s),
+            lua_float(now),
+            lua_float(now + self.crude_ttl_s),
             self._margin_ms,
             "" if fence is None else str(fence.position),
             targets,
@@ -512,8 +439,8 @@ class RedisCache:
         args = [
             self.prefix,
             str(seq),
-            _lua_float(now),
-            _lua_float(now - JOURNAL_RETENTION_S),
+            lua_float(now),
+            lua_float(now - JOURNAL_RETENTION_S),
             *targets,
         ]
         await self._call("forget record", self._record_forget(args=args))
@@ -542,8 +469,8 @@ class RedisCache:
         complete = bool(reply[0])
         out: list[Entry] = []
         for i in range(1, len(reply), 5):
-            member, meta_raw, d_raw, m_raw, _exp = reply[i : i + 5]
-            view = self._view(_key_of(member), meta_raw, d_raw, m_raw, now)
+            key_json, meta_raw, d_raw, m_raw, _exp = reply[i : i + 5]
+            view = self._view(key_of(key_json), meta_raw, d_raw, m_raw, now)
             if view is not None:
                 out.append(view)
         self._counts["hits"] += len(out)
@@ -557,7 +484,7 @@ class RedisCache:
 
     async def delete(self, key: ScopeKey) -> bool:
         removed = self._totals(
-            await self._call("delete", self._delete(args=[self.prefix, _member(key)]))
+            await self._call("delete", self._delete(args=[self.prefix, member(key)]))
         )
         self._counts["invalidations"] += removed
         return bool(removed)
@@ -589,18 +516,18 @@ class RedisCache:
                 break
             pipe = self.client.pipeline(transaction=False)
             for i in range(0, len(reply), 2):
-                member, m_raw = reply[i], reply[i + 1]
+                key_json, m_raw = reply[i], reply[i + 1]
                 at, raw = json.loads(m_raw)
-                kept = [m for m in _decode_messages(raw) if m.author_id != author_id]
+                kept = [m for m in decode_messages(raw) if m.author_id != author_id]
                 await self._rewrite(
                     args=[
                         self.prefix,
-                        member,
+                        key_json,
                         m_raw,
-                        _messages_json(at, kept),
-                        _lua_float(at + self.crude_ttl_s) if kept else "",
-                        _authors_json(kept),
-                        _lua_float(now),
+                        messages_json(at, kept),
+                        lua_float(at + self.crude_ttl_s) if kept else "",
+                        authors_json(kept),
+                        lua_float(now),
                         self._margin_ms,
                     ],
                     client=pipe,
@@ -615,7 +542,7 @@ class RedisCache:
         removed = 0
         while True:
             reply = await self._call(
-                "sweep", self._sweep(args=[self.prefix, _lua_float(now), str(_SWEEP_BATCH)])
+                "sweep", self._sweep(args=[self.prefix, lua_float(now), str(_SWEEP_BATCH)])
             )
             removed += self._totals(reply)
             if int(reply[3]) < _SWEEP_BATCH:

@@ -11,17 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import NamedTuple, Protocol
 
-from ..model import (
-    DistilledWrite,
-    ScopeKey,
-    ScopeKind,
-    ScopeMeta,
-    ScopeRow,
-    ServerSettings,
-    ServerSummary,
-    UserSettings,
-)
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
+from ..model.keys import ScopeKey, ScopeKind
+from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ..model.settings import ServerSettings, UserSettings
 
 # The row types live in the model (the tiers share them without importing each other);
 # they are re-exported here, where they were first defined.
@@ -37,14 +30,21 @@ __all__ = [
 
 
 class Forgotten(NamedTuple):
-    """What a forget did: its journal sequence number and the durable rows it deleted."""
+    """What a forget did: its journal sequence number and the durable rows it deleted
+    (``rows`` counts scope rows only: not journal, fence or settings rows)."""
 
     seq: int
     rows: int
 
 
 class Store(Protocol):
-    """What the memory facade needs from a durable backend."""
+    """What the memory facade needs from a durable backend.
+
+    Conventions for every method: a list of rows "in order" follows the order of the
+    ``scopes`` argument; "no promised order" means callers must not rely on one. A delete
+    count is the number of scope rows removed (rows that did not exist count nothing; journal,
+    fence and settings rows never count). :class:`~shortterm.store.reference.ReferenceStore`
+    is the reference the conformance suite checks every backend against."""
 
     async def migrate(self) -> list[str]:
         """Apply pending schema migrations, each in its own transaction; returns the names of
@@ -78,12 +78,16 @@ class Store(Protocol):
         admin edit) keeps the stored metadata. With ``fence``, fenced scopes are skipped as in
         :meth:`touch`, and each written row is journaled as an ``edit`` for followers."""
 
-    async def load(self, key: ScopeKey) -> ScopeRow | None: ...
+    async def load(self, key: ScopeKey) -> ScopeRow | None:
+        """The stored row of ``key``, or ``None`` when there is none."""
 
-    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]: ...
+    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
+        """Every row of one owner (a user's personal rows, or a server's), in no promised
+        order; empty when there are none."""
 
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
-        """Every row of one channel: all users, personas and both kinds (the channel index)."""
+        """Every row of one channel: all users, personas and both kinds (the channel index),
+        in no promised order; empty when there are none."""
 
     async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
         """The servers owning server-scope rows, by id ascending, whose id sorts after
@@ -92,7 +96,8 @@ class Store(Protocol):
         index, so the cost follows the page's rows, not the table."""
 
     def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        """Stream every row, in batches of at most ``batch_rows`` (export). Each batch is its
+        """Stream every row, in batches of at most ``batch_rows`` (export), in the order the
+        rows were created (SQL backends: by row id). No empty batch is yielded. Each batch is its
         own short query, so no transaction stays open while the caller works on one."""
 
     async def put_rows(
@@ -105,48 +110,56 @@ class Store(Protocol):
 
     def iter_distilled(self, *, since: float, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         """Stream, in batches, the rows whose summary or categories were written after
-        ``since`` (hydration). Memory use is bounded by ``batch_rows``."""
+        ``since`` (hydration), in no promised order; no empty batch is yielded. Memory use is
+        bounded by ``batch_rows``."""
 
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
         """Journal the forget (with its fence target) and delete every row of the channel, in
         one transaction; when it returns, no purged byte is left where the backend can
-        promise it (SQLite: file, WAL and shared memory)."""
+        promise it (SQLite: file, WAL and shared memory). Returns the entry's sequence
+        number and the scope rows deleted."""
 
     async def forget_user(
         self, user_id: str, *, keep: UserSettings | None, now: float
     ) -> Forgotten:
         """Journal the forget and delete the user's personal rows, the journal entries that
         name them and their settings row — or, with ``keep`` (a FULL choice), store ``keep``
-        as their settings in the same transaction."""
+        as their settings in the same transaction. Returns the entry's sequence number and
+        the personal scope rows deleted."""
 
     async def forget_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
     ) -> Forgotten:
-        """Journal the forget and delete that one server-scope row."""
+        """Journal the forget and delete that one server-scope row; returns the entry's
+        sequence number and 1 or 0 rows (0: there was no such row, the entry is kept)."""
 
     async def delete_channel(self, channel_id: str) -> int:
-        """:meth:`forget_channel` now; returns the rows deleted."""
+        """:meth:`forget_channel` at the current time; returns the scope rows deleted."""
 
     async def delete_user_scopes(self, user_id: str) -> int:
-        """:meth:`forget_user` keeping the stored settings; returns the rows deleted."""
+        """:meth:`forget_user` at the current time, keeping the stored settings; returns the
+        personal scope rows deleted."""
 
     async def delete_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None
     ) -> int:
-        """:meth:`forget_server_channel` now; returns the rows deleted."""
+        """:meth:`forget_server_channel` at the current time; returns 1 or 0."""
 
     def journal_moved(self) -> bool:
         """Cheap, no I/O worth counting: False only when no other process can have journaled
         anything since the last call (True when the backend cannot tell)."""
 
     async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
-        """Journal entries after ``seq``, oldest first, at most ``limit``."""
+        """Journal entries with a sequence number above ``seq``, oldest first (ascending
+        ``seq``), at most ``limit``; empty when there are none."""
 
     async def journal_head(self) -> int:
         """The newest journal sequence number (0 for none)."""
 
     async def janitor(self, *, untouched_since: float) -> int:
-        """Delete rows whose ``updated_at`` is older than ``untouched_since``."""
+        """Delete rows whose ``updated_at`` is older than ``untouched_since`` (the SQL backends
+        also drop journal and fence entries past their retention); returns the scope rows
+        deleted."""
 
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float
@@ -155,11 +168,16 @@ class Store(Protocol):
         private) in one transaction; returns the journal sequence number."""
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
-        """Settings of the servers changed at or after ``since`` (all of them for 0)."""
+        """Settings of the servers changed at or after ``since`` (all of them for 0), keyed by
+        server id; each one's categories in their stored order."""
 
     async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         """Store the settings and journal the change; returns the sequence number."""
 
-    async def user_settings_since(self, since: float) -> dict[str, UserSettings]: ...
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
+        """Settings of the users changed at or after ``since`` (all of them for 0), keyed by
+        user id."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the connections (idempotent); every later operation fails with
+        ``StoreUnavailable``."""

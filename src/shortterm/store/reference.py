@@ -1,7 +1,8 @@
-"""The in-memory reference store: the contract's semantics in plain Python.
+"""The reference implementation of the Store protocol: the contract's semantics in plain Python.
 
-Nothing survives the process (``store="memory://"``): for tests, notebooks and as the yardstick
-the conformance suite holds every other backend to.
+``ReferenceStore`` is what the conformance suite (tests/conformance) is checked against: where
+SQLite or PostgreSQL behave differently from it, they are wrong. Nothing survives the process
+(``store="memory://"``): for tests and notebooks too.
 """
 
 from __future__ import annotations
@@ -12,28 +13,10 @@ import itertools
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
-from ..model import (
-    DistilledWrite,
-    Privacy,
-    ScopeKey,
-    ScopeKind,
-    ScopeMeta,
-    ScopeRow,
-    ServerSettings,
-    ServerSummary,
-    UserSettings,
-    merge_categories,
-)
-from ..model.fence import (
-    JournalEntry,
-    JournalKind,
-    WriteFence,
-    channel_target,
-    private_target,
-    scope_targets,
-    server_channel_target,
-    user_target,
-)
+from ..model import fence as fencing
+from ..model.keys import Privacy, ScopeKey, ScopeKind
+from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, merge_categories
+from ..model.settings import ServerSettings, UserSettings
 from .base import Forgotten
 
 __all__ = ["ReferenceStore"]
@@ -82,44 +65,32 @@ class ReferenceStore:
         self._servers: dict[str, tuple[ServerSettings, float]] = {}
         self._users: dict[str, tuple[UserSettings, float]] = {}
         # The journal and the fence: every forget's newest sequence per target.
-        self._journal: list[JournalEntry] = []
+        self._journal: list[fencing.JournalEntry] = []
         self._fence: dict[str, int] = {}
         self._seqs = itertools.count(1)
         self.closed = False
 
     def _append(
-        self, kind: JournalKind, subject: Sequence[str | None], targets: Sequence[str]
+        self, kind: fencing.JournalKind, subject: Sequence[str | None], targets: Sequence[str]
     ) -> int:
         seq = next(self._seqs)
-        self._journal.append(JournalEntry(seq, kind, tuple(subject), tuple(targets)))
+        self._journal.append(fencing.JournalEntry(seq, kind, tuple(subject), tuple(targets)))
         for t in targets:
             self._fence[t] = seq
         return seq
 
-    def _fenced(self, key: ScopeKey, meta: ScopeMeta | None, fence: WriteFence | None) -> bool:
+    def _fenced(
+        self, key: ScopeKey, meta: ScopeMeta | None, fence: fencing.WriteFence | None
+    ) -> bool:
         if fence is None:
             return False
         server_id = meta.server_id if meta is not None else _server_of(key)
         parent = meta.parent_channel_id if meta is not None else None
-        targets = scope_targets(key, server_id, parent, fence.triggerer)
+        targets = fencing.scope_targets(key, server_id, parent, fence.triggerer)
         return any(self._fence.get(t, 0) > fence.position for t in targets)
 
     async def migrate(self) -> list[str]:
         return []
-
-    def _upsert(
-        self,
-        key: ScopeKey,
-        meta: ScopeMeta | None,
-        now: float,
-        *,
-        inc: int = 0,
-        changes: dict[str, Any] | None = None,
-    ) -> ScopeRow:
-        """Insert or update one row, as the SQL backends' single upsert statement does."""
-        row = self._next_row(key, meta, now, inc=inc, changes=changes)
-        self._store(row)
-        return row
 
     def _next_row(
         self,
@@ -130,7 +101,8 @@ class ReferenceStore:
         inc: int = 0,
         changes: dict[str, Any] | None = None,
     ) -> ScopeRow:
-        """The row ``key`` would hold after the change; nothing is stored yet."""
+        """The row ``key`` would hold after the change, as the SQL backends' single upsert
+        statement computes it; nothing is stored yet (:meth:`_store` does)."""
         old = self._rows.get(key.astuple)
         if old is None:
             fields: dict[str, Any] = {"turns_since_refresh": inc}
@@ -153,7 +125,7 @@ class ReferenceStore:
             fields.update(changes)
         return ScopeRow(key=key, updated_at=now, **fields)
 
-    def _store(self, row: ScopeRow) -> None:
+    def _store(self, row: ScopeRow) -> ScopeRow:
         kt = row.key.astuple
         if kt not in self._rows:
             owner = (kt[0], kt[1])
@@ -163,6 +135,7 @@ class ReferenceStore:
             self._by_channel.setdefault(kt[2], set()).add(kt)
             self._born[kt] = next(self._births)
         self._rows[kt] = row
+        return row
 
     async def touch(
         self,
@@ -170,11 +143,11 @@ class ReferenceStore:
         *,
         increment: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         live = increment.astuple if increment is not None else None
         return [
-            self._upsert(key, meta, now, inc=int(key.astuple == live))
+            self._store(self._next_row(key, meta, now, inc=int(key.astuple == live)))
             for key, meta in scopes
             if not self._fenced(key, meta, fence)
         ]
@@ -186,7 +159,7 @@ class ReferenceStore:
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: WriteFence | None = None,
+        fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
         out = []
         for key, meta in scopes:
@@ -248,7 +221,7 @@ class ReferenceStore:
             yield rows[start : start + batch_rows]
 
     async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+        self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
     ) -> list[ScopeRow]:
         out = []
         for row in rows:
@@ -292,13 +265,13 @@ class ReferenceStore:
         return count
 
     async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        seq = self._append("channel", [channel_id], [channel_target(channel_id)])
+        seq = self._append("channel", [channel_id], [fencing.channel_target(channel_id)])
         return Forgotten(seq, self._delete(self._by_channel.get(channel_id, ())))
 
     async def forget_user(
         self, user_id: str, *, keep: UserSettings | None, now: float
     ) -> Forgotten:
-        target = user_target(user_id)
+        target = fencing.user_target(user_id)
         seq = self._append("user", [target], [target])
         self._journal = [
             e
@@ -314,7 +287,7 @@ class ReferenceStore:
     async def forget_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
     ) -> Forgotten:
-        target = server_channel_target(server_id, channel_id, persona_id)
+        target = fencing.server_channel_target(server_id, channel_id, persona_id)
         seq = self._append("server_channel", [server_id, channel_id, persona_id], [target])
         return Forgotten(seq, self._delete([("server", server_id, channel_id, persona_id)]))
 
@@ -337,7 +310,7 @@ class ReferenceStore:
     def journal_moved(self) -> bool:
         return False  # one process owns this store: it journals nothing it does not know
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
         start = bisect.bisect_right([e.seq for e in self._journal], seq)
         return self._journal[start : start + limit]
 
@@ -352,7 +325,7 @@ class ReferenceStore:
         self._servers[server_id] = (settings, now)
         newly = sorted(settings.private_channel_ids - was_private)
         return self._append(
-            "server_settings", [server_id], [private_target(server_id, c) for c in newly]
+            "server_settings", [server_id], [fencing.private_target(server_id, c) for c in newly]
         )
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
@@ -361,7 +334,7 @@ class ReferenceStore:
     async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         self._users[user_id] = (settings, now)
         full = settings.privacy is Privacy.FULL
-        return self._append("user_settings", [], [user_target(user_id)] if full else [])
+        return self._append("user_settings", [], [fencing.user_target(user_id)] if full else [])
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         return {uid: s for uid, (s, at) in self._users.items() if at >= since}

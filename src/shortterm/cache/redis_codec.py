@@ -1,0 +1,92 @@
+"""How a hot-tier record is spelled in Redis: compact JSON the Lua scripts read and write.
+
+Separate from :mod:`.redis` so the encoding can be read (and changed) in one place; these
+run once per capture or read, so they stay plain functions with nothing to look up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import Message, Privacy, ScopeKey, ScopeMeta
+
+__all__ = [
+    "authors",
+    "authors_json",
+    "decode_messages",
+    "dumps",
+    "key_of",
+    "lua_float",
+    "member",
+    "messages_json",
+    "meta_json",
+]
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def lua_float(value: float) -> str:
+    """A float as a Lua script reads it back exactly (repr round-trips)."""
+    return repr(float(value))
+
+
+def member(key: ScopeKey) -> str:
+    return dumps([key.kind, key.owner_id, key.channel_id, key.persona_id])
+
+
+def key_of(member: str) -> ScopeKey:
+    kind, owner, channel, persona = json.loads(member)
+    return ScopeKey(kind, owner, channel, persona)
+
+
+def meta_json(meta: ScopeMeta) -> str:
+    m = meta
+    return dumps(
+        [
+            m.server_id,
+            m.server_name,
+            m.channel_name,
+            m.parent_channel_id,
+            m.private,
+            m.persona_lineage_id,
+        ]
+    )
+
+
+def messages_json(at: float, messages: Sequence[Message]) -> str:
+    return dumps(
+        [
+            at,
+            [
+                [m.role, m.content, m.author_id, m.speaker, m.at, m.message_id, m.privacy.value]
+                for m in messages
+            ],
+        ]
+    )
+
+
+def authors(messages: Sequence[Message]) -> list[str]:
+    return sorted({m.author_id for m in messages if m.author_id is not None})
+
+
+def authors_json(messages: Sequence[Message]) -> str:
+    return dumps(authors(messages))
+
+
+def decode_messages(raw: list[Any]) -> tuple[Message, ...]:
+    return tuple(
+        Message(
+            role,
+            content,
+            author_id=author,
+            speaker=speaker,
+            at=at,
+            message_id=message_id,
+            privacy=Privacy(privacy),
+        )
+        for role, content, author, speaker, at, message_id, privacy in raw
+    )

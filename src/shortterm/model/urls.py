@@ -1,0 +1,81 @@
+"""Backend URLs carrying our own query options beside the driver's.
+
+PostgreSQL and Redis URLs both take options of ours (pool sizes, timeouts, a prefix) that the
+driver must never see. One parser splits them off and one set of readers checks them, so both
+backends accept the same spellings and fail with the same messages. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .errors import ConfigError
+
+__all__ = ["at_least_one", "non_negative_number", "positive_seconds", "split_options"]
+
+T = TypeVar("T", int, float)
+
+
+def split_options(
+    url: str, *, schemes: Collection[str], ours: Collection[str], wrong_scheme: str
+) -> tuple[str, dict[str, str]]:
+    """The URL without the options named in ``ours``, and those options (the last value of
+    each wins). ``wrong_scheme`` is the message when the scheme is not one of ``schemes``."""
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
+        raise ConfigError(wrong_scheme)
+    own: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in ours:
+            own[name] = value
+        else:
+            theirs.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(theirs))), own
+
+
+def positive_seconds(options: Mapping[str, str], name: str, default: float, url: str) -> float:
+    """A duration that must be finite and above zero."""
+    try:
+        value = float(options.get(name, default))
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{name} in {url!r} must be a positive number of seconds")
+    return value
+
+
+def at_least_one(options: Mapping[str, str], name: str, default: int, url: str) -> int:
+    """A count (a pool size) that must be a whole number of at least 1."""
+    value = _given(options, name, url, int, "an integer")
+    if value is None:
+        return default
+    if value < 1:
+        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be at least 1")
+    return value
+
+
+def non_negative_number(options: Mapping[str, str], name: str, default: float, url: str) -> float:
+    """A finite number of zero or more (a retry count, a margin in seconds)."""
+    value = _given(options, name, url, float, "a number")
+    if value is None:
+        return default
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be a non-negative number")
+    return value
+
+
+def _given(
+    options: Mapping[str, str], name: str, url: str, parse: Callable[[str], T], noun: str
+) -> T | None:
+    """The option parsed, ``None`` when absent; a value that does not parse names ``noun``."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} in {url!r} is not {noun}") from None

@@ -1,0 +1,36 @@
+"""PostgreSQL durable tier (psycopg 3, an async connection pool, autocommit).
+
+Every statement is prepared on first use per connection (``prepare_threshold=0``). A logical
+operation touching one row is a single autocommit statement; one touching several rows runs in
+one transaction sent as a pipeline, so it costs one network round trip and applies whole or not
+at all. Counters and category merges are computed by the server inside the upsert
+(``INSERT … ON CONFLICT … DO UPDATE … RETURNING``), so concurrent writers in any number of
+processes never lose an update.
+
+PostgreSQL refuses NUL in ``text`` and ``jsonb``: every string is passed through
+:func:`shortterm.model.text.clean_text` (NUL becomes U+FFFD) before it is sent, JSON values
+included.
+
+A dropped connection fails the operation in flight with ``StoreUnavailable`` (it is never
+retried: a write whose commit was not confirmed must not be applied twice); the pool then
+checks its idle connections so the next operation gets a working one once the server is back.
+A server that stops answering without closing the connection (a partition, a stalled host)
+would leave libpq waiting forever, so every operation, from getting a connection to reading
+the result, is bounded by ``operation_timeout_s`` and then fails with ``StoreUnavailable``. A
+query cut off in flight makes psycopg try to cancel it on the server first, which can add up
+to 10 s before the connection is given up. The pool retries a failed connection for at most
+``pool_reconnect_timeout_s`` (default 2 s, psycopg's own default is 5 minutes of growing
+back-off), after which the next operation starts a fresh attempt: so once the server is back,
+operations succeed again within that delay instead of waiting out the back-off.
+Before the pool first opens, one direct connection is tried: an address that refuses
+connections, or a host name that does not resolve, fails at once naming ``host:port``.
+
+URL options (removed before the URL reaches libpq): ``schema`` (tables live in that schema,
+created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s`` (default 30),
+``pool_reconnect_timeout_s`` (default 2), ``operation_timeout_s`` (default 30). Standard libpq
+options such as ``application_name`` or ``connect_timeout`` pass through.
+"""
+
+from .store import PostgresStore
+
+__all__ = ["PostgresStore"]

@@ -1,0 +1,162 @@
+"""The PostgreSQL statement text, with ``{t}`` for the schema prefix.
+
+Kept apart from the code that runs it so the dialect's SQL reads as one piece.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..sql_common import SCOPE_COLS, key_where
+
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+OWN_OPTIONS = (
+    "schema",
+    "pool_min_size",
+    "pool_max_size",
+    "pool_timeout_s",
+    "pool_reconnect_timeout_s",
+    "operation_timeout_s",
+)
+
+
+# The category map a write leaves behind; NULL when the write does not touch categories.
+# ``||`` lets the patch override stored slugs, and stripping nulls removes the slugs the patch
+# clears. Computed by the server from the row it has locked, so merges never interleave.
+_MERGED = (
+    "CASE WHEN %(patch)s::jsonb IS NULL THEN NULL "
+    "WHEN %(replace)s::boolean THEN jsonb_strip_nulls(%(patch)s::jsonb) "
+    "ELSE jsonb_strip_nulls(s.categories || %(patch)s::jsonb) END"
+)
+
+# One upsert serves capture and tool writes alike, with the SQLite dialect's semantics:
+# metadata given as NULL means "unknown, keep what is stored", the lineage is written on every
+# upsert that knows it, and ``revision`` grows on every write.
+UPSERT = f"""
+INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
+    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
+    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
+    updated_at)
+VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
+    %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
+    COALESCE(%(private)s::boolean, FALSE), %(lineage)s::text,
+    CASE WHEN %(set_summary)s::boolean THEN %(summary)s::text END,
+    CASE WHEN %(set_summary)s::boolean THEN %(summary_at)s::float8 END,
+    COALESCE(jsonb_strip_nulls(%(patch)s::jsonb), '{{{{}}}}'::jsonb),
+    CASE WHEN jsonb_strip_nulls(%(patch)s::jsonb) <> '{{{{}}}}'::jsonb THEN %(now)s::float8 END,
+    %(inc)s::int, %(reset)s::int, 1, %(now)s::float8, %(now)s::float8)
+ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = COALESCE(%(server_id)s::text, s.server_id),
+    server_name = COALESCE(%(server_name)s::text, s.server_name),
+    channel_name = COALESCE(%(channel_name)s::text, s.channel_name),
+    parent_channel_id = COALESCE(%(parent)s::text, s.parent_channel_id),
+    private = COALESCE(%(private)s::boolean OR s.private, s.private),
+    persona_lineage_id = COALESCE(%(lineage)s::text, s.persona_lineage_id),
+    summary = CASE WHEN %(set_summary)s::boolean THEN %(summary)s::text ELSE s.summary END,
+    summary_at = CASE WHEN %(set_summary)s::boolean THEN %(summary_at)s::float8
+        ELSE s.summary_at END,
+    categories = COALESCE({_MERGED}, s.categories),
+    categories_at = CASE WHEN %(patch)s::jsonb IS NULL THEN s.categories_at
+        WHEN {_MERGED} = '{{{{}}}}'::jsonb THEN NULL ELSE %(now)s::float8 END,
+    turns_since_refresh = CASE WHEN %(reset)s::int = 1 THEN 0
+        ELSE s.turns_since_refresh + %(inc)s::int END,
+    refresh_epoch = s.refresh_epoch + %(reset)s::int,
+    revision = s.revision + 1,
+    updated_at = %(now)s::float8
+RETURNING {SCOPE_COLS}
+"""
+
+# Import: the row as given replaces every stored value; only the revision is ours.
+PUT = f"""
+INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
+    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
+    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
+    updated_at)
+VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
+    %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
+    %(private)s::boolean, %(lineage)s::text, %(summary)s::text, %(summary_at)s::float8,
+    %(categories)s::jsonb, %(categories_at)s::float8, %(turns)s::int, %(epoch)s::int, 1,
+    %(updated_at)s::float8, %(updated_at)s::float8)
+ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = excluded.server_id, server_name = excluded.server_name,
+    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
+    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
+    summary = excluded.summary, summary_at = excluded.summary_at,
+    categories = excluded.categories, categories_at = excluded.categories_at,
+    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
+    revision = s.revision + 1, updated_at = excluded.updated_at
+RETURNING {SCOPE_COLS}
+"""
+
+# The fenced upsert: the same row, kept only while no forget journaled after the write's
+# position covers one of its targets. `lk` (the statement's first CTE, which every upsert reads)
+# takes the shared fence lock first; forgets take it exclusively, so a forget waits for the
+# writes in flight and a write that started during a forget waits for it. `fence_clear` is
+# VOLATILE, so its check sees every forget committed before the lock was granted.
+FENCED_UPSERT = UPSERT.replace("VALUES (", "SELECT ", 1).replace(
+    "%(now)s::float8, %(now)s::float8)\nON CONFLICT",
+    "%(now)s::float8, %(now)s::float8\nFROM lk WHERE {t}fence_clear(%(targets)s::text[], "
+    "%(fence)s::bigint)\nON CONFLICT",
+    1,
+)
+assert "fence_clear" in FENCED_UPSERT
+
+KEY_WHERE = key_where("%s")
+
+# One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
+# read in index order so the GroupAggregate streams and the Limit stops the scan after the
+# page. EXPLAIN: "Limit -> GroupAggregate -> Index Scan using scopes_key on scopes s, Index
+# Cond: ((kind = 'server') AND (owner_id > $1))", no Sort; per group a SubPlan that is an
+# Index Scan using scopes_key (kind, owner_id = s.owner_id) sorting that server's own rows.
+# Ids compare in the database's collation (the index's), which is also the page order. The
+# name is the one on the most recently updated row that has one (ties: the row created last).
+LIST_SERVERS = """
+SELECT s.owner_id, COUNT(*), MAX(s.updated_at),
+    (SELECT n.server_name FROM {t}scopes AS n
+     WHERE n.kind = 'server' AND n.owner_id = s.owner_id AND n.server_name IS NOT NULL
+     ORDER BY n.updated_at DESC, n.id DESC LIMIT 1)
+FROM {t}scopes AS s
+WHERE s.kind = 'server' AND s.owner_id > %s
+GROUP BY s.owner_id ORDER BY s.owner_id LIMIT %s
+"""
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+MIGRATE_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+
+
+def multi_upsert(
+    upsert: str, fenced_upsert: str, t: str, channel: str, n: int, *, fenced: bool, journaled: bool
+) -> str:
+    """One statement upserting ``n`` rows, each in its own data-modifying CTE.
+
+    A statement is atomic on its own, so several scopes cost one round trip and no
+    BEGIN/COMMIT; each CTE's ON CONFLICT clause locks and reads its own row, so counters
+    and category merges stay exact under concurrency. ``fenced``: the rows go through the
+    fence (see ``FENCED_UPSERT``); ``journaled``: each written row is also journaled as
+    an edit, under the journal lock, so journal sequence numbers commit in order. ``upsert``
+    and ``fenced_upsert`` are the schema's own statements, ``channel`` its NOTIFY channel."""
+    ctes = []
+    if fenced:
+        locks = "pg_advisory_xact_lock_shared(%(fence_lock)s::bigint)"
+        if journaled:
+            locks += ", pg_advisory_xact_lock(%(journal_lock)s::bigint)"
+        ctes.append(f"lk AS MATERIALIZED (SELECT {locks})")
+    body_sql = fenced_upsert if fenced else upsert
+    for i in range(n):
+        body = _PARAM.sub(rf"%(\1_{i})s", body_sql.strip())
+        ctes.append(f"r{i} AS ({body})")
+    if journaled:
+        written = " UNION ALL ".join(
+            f"SELECT kind, owner_id, channel_id, persona_id FROM r{i}" for i in range(n)
+        )
+        ctes.append(
+            f"j AS (INSERT INTO {t}journal (kind, subject, subject_user, at) "
+            "SELECT 'edit', jsonb_build_array(w.kind, w.owner_id, w.channel_id, "
+            "w.persona_id), CASE WHEN w.kind = 'user' THEN w.owner_id END, "
+            f"%(journal_at)s::float8 FROM ({written}) AS w)"
+        )
+    union = " UNION ALL ".join(f"SELECT {i} AS i, * FROM r{i}" for i in range(n))
+    if journaled:
+        ctes.append(f"n AS (SELECT pg_notify('{channel}', ''))")
+        union = f"SELECT u.* FROM ({union}) AS u CROSS JOIN n"
+    return f"WITH {', '.join(ctes)} {union} ORDER BY i"

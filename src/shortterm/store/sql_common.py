@@ -1,0 +1,157 @@
+"""What the SQLite and PostgreSQL stores share: column lists and the row ↔ settings mapping.
+
+The two dialects run differently on purpose (SQLite on the loop thread, PostgreSQL on a pool),
+so they share no base class; they share the table layout instead. Where the dialects store a
+value differently (JSON text or ``jsonb``, 0/1 or booleans, NUL-free text) the caller passes
+the conversion. The per-row builders of the hot paths (capture, hydration) stay in each
+dialect, where they are one inlined function with no hooks to call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..model import Category, Privacy, ScopeKey, ScopeRow, ServerSettings, UserSettings
+
+__all__ = [
+    "SCOPE_COLS",
+    "SERVER_COLS",
+    "SERVER_READ_COLS",
+    "key_args",
+    "key_where",
+    "put_params",
+    "server_settings",
+    "server_settings_values",
+    "server_upsert",
+    "user_settings",
+]
+
+# Every column of a scope row, in the order the dialects' row builders read them.
+SCOPE_COLS = (
+    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
+    "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
+)
+
+# The server_settings columns a save writes, in the order of server_settings_values.
+SERVER_COLS = (
+    "refresh_cadence",
+    "render_mode",
+    "crude_message_count",
+    "nudge_depth",
+    "content_depth",
+    "tool_description",
+    "nudge_text",
+    "stm_enabled",
+    "private_channel_ids",
+    "privacy_bypass",
+    "updated_at",
+)
+
+# What a settings read selects, in the order server_settings expects (updated_at is not read).
+SERVER_READ_COLS = ("server_id", *SERVER_COLS[:-1])
+
+
+def server_upsert(table: str, mark: str) -> str:
+    """Insert or replace one server's settings; ``mark`` is the dialect's placeholder."""
+    return (
+        f"INSERT INTO {table} (server_id, {', '.join(SERVER_COLS)}) "
+        f"VALUES ({', '.join([mark] * (len(SERVER_COLS) + 1))}) "
+        "ON CONFLICT (server_id) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in SERVER_COLS)
+    )
+
+
+def key_where(mark: str) -> str:
+    """The condition naming one row by its key (matches the ``scopes_key`` index)."""
+    return (
+        f"kind = {mark} AND owner_id = {mark} AND channel_id = {mark} "
+        f"AND COALESCE(persona_id, '') = {mark}"
+    )
+
+
+def key_args(key: ScopeKey) -> tuple[str, str, str, str]:
+    """The arguments of :func:`key_where`."""
+    return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
+
+
+def server_settings_values(
+    server_id: str,
+    s: ServerSettings,
+    now: float,
+    *,
+    text: Callable[[str | None], str | None],
+    flag: Callable[[bool], Any],
+    id_list: Callable[[list[str]], Any],
+) -> tuple[Any, ...]:
+    """The parameters of :func:`server_upsert`: ``text`` makes free text storable, ``flag``
+    stores a boolean, ``id_list`` stores the sorted private channel ids."""
+    return (
+        server_id,
+        s.refresh_cadence,
+        s.render_mode,
+        s.crude_message_count,
+        s.nudge_depth,
+        s.content_depth,
+        text(s.tool_description),
+        text(s.nudge_text),
+        flag(s.stm_enabled),
+        id_list(sorted(s.private_channel_ids)),
+        flag(s.privacy_bypass),
+        now,
+    )
+
+
+def server_settings(
+    r: Sequence[Any], private_channel_ids: Iterable[str], categories: Iterable[Sequence[str]]
+) -> ServerSettings:
+    """Settings from a row of ``SERVER_READ_COLS``; the dialect decodes the id list and reads
+    the categories (label, description) in position order."""
+    return ServerSettings(
+        refresh_cadence=r[1],
+        render_mode=r[2],
+        crude_message_count=r[3],
+        nudge_depth=r[4],
+        content_depth=r[5],
+        tool_description=r[6],
+        nudge_text=r[7],
+        stm_enabled=bool(r[8]),
+        private_channel_ids=frozenset(private_channel_ids),
+        privacy_bypass=bool(r[10]),
+        categories=tuple(Category(label, desc) for label, desc in categories),
+    )
+
+
+def user_settings(privacy: str, cross_server_opt_in: Any) -> UserSettings:
+    return UserSettings(Privacy(privacy), bool(cross_server_opt_in))
+
+
+def put_params(
+    row: ScopeRow,
+    *,
+    text: Callable[[str | None], str | None],
+    flag: Callable[[bool], Any],
+    categories: Callable[[dict[str, str]], Any],
+) -> dict[str, Any]:
+    """The parameters of a dialect's import statement (``_PUT``) for one whole row."""
+    key, m = row.key, row.meta
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id,
+        "server_name": text(m.server_name),
+        "channel_name": text(m.channel_name),
+        "parent": m.parent_channel_id,
+        "private": flag(m.private),
+        "lineage": m.persona_lineage_id,
+        "summary": text(row.summary),
+        "summary_at": row.summary_at,
+        "categories": categories(dict(row.categories)),
+        "categories_at": row.categories_at,
+        "turns": row.turns_since_refresh,
+        "epoch": row.refresh_epoch,
+        "updated_at": row.updated_at,
+    }

@@ -1,0 +1,50 @@
+"""The forget journal and the fence in SQLite: entries appended inside the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from ...model import ScopeKey, ScopeMeta
+from ...model.fence import WriteFence
+from .values import padded_targets
+
+
+def append(
+    db: sqlite3.Connection,
+    kind: str,
+    subject: Sequence[str | None],
+    targets: Sequence[str],
+    now: float,
+    subject_user: str | None = None,
+) -> int:
+    """Append one journal entry and its fence rows; returns its sequence number."""
+    cur = db.execute(
+        "INSERT INTO journal (kind, subject, subject_user, targets, at) VALUES (?, ?, ?, ?, ?)",
+        (kind, json.dumps(list(subject)), subject_user, json.dumps(list(targets)), now),
+    )
+    seq = int(cur.lastrowid or 0)
+    if targets:  # edits and settings changes fence nothing
+        db.executemany(
+            "INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets]
+        )
+    return seq
+
+
+def append_edit(db: sqlite3.Connection, key: ScopeKey, now: float) -> int:
+    owner = key.owner_id if key.kind == "user" else None
+    return append(db, "edit", key.astuple, (), now, subject_user=owner)
+
+
+def fenced(
+    db: sqlite3.Connection, key: ScopeKey, meta: ScopeMeta | None, fence: WriteFence
+) -> bool:
+    """Whether a forget journaled after ``fence`` covers this write (inside its transaction)."""
+    targets = [t for t in padded_targets(key, meta, fence.triggerer) if t is not None]
+    marks = ", ".join("?" * len(targets))
+    found = db.execute(
+        f"SELECT 1 FROM fence WHERE seq > ? AND target IN ({marks}) LIMIT 1",
+        (fence.position, *targets),
+    ).fetchone()
+    return found is not None

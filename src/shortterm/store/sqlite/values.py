@@ -1,0 +1,101 @@
+"""Scope rows from SQLite columns and parameters from rows: JSON text, 0/1 flags.
+
+:func:`scope_row` runs once per row read (a million at hydration), so it builds positionally
+and calls nothing it does not need."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from ...model import ScopeKey, ScopeMeta, ScopeRow
+from ...model.fence import scope_targets
+from ..sql_common import put_params
+from .sql import MAX_TARGETS
+
+_NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
+
+
+def scope_row(
+    r: Sequence[Any], key: ScopeKey | None = None, meta: ScopeMeta | None = None
+) -> ScopeRow:
+    """A row from its columns. Keys read back from our own table were validated when they
+    were written; positional construction because hydration builds a million of these."""
+    return ScopeRow(
+        key if key is not None else ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
+        meta if meta is not None else ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
+        r[10],
+        r[11],
+        json.loads(r[12]) if r[12] != "{}" else _NO_CATEGORIES,
+        r[13],
+        r[14],
+        r[15],
+        r[16],
+        r[17],
+    )
+
+
+def hydration_row(r: Sequence[Any], metas: dict[tuple[Any, ...], ScopeMeta]) -> ScopeRow:
+    """:func:`scope_row` sharing one ScopeMeta per distinct value: the scopes of one channel (its
+    users and personas) carry the same, so a million rows need far fewer objects."""
+    parts = (r[4], r[5], r[6], r[7], bool(r[8]), r[9])
+    meta = metas.get(parts)
+    if meta is None:
+        if len(metas) > 65536:
+            metas.clear()
+        meta = metas[parts] = ScopeMeta(*parts)
+    return scope_row(r, meta=meta)
+
+
+def scope_params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
+    m = meta or _UNKNOWN_META
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id if meta else (key.owner_id if key.kind == "server" else None),
+        "server_name": m.server_name,
+        "channel_name": m.channel_name,
+        "parent": m.parent_channel_id,
+        "private": int(m.private) if meta else None,
+        "lineage": m.persona_lineage_id,
+        "summary": None,
+        "summary_at": None,
+        "set_summary": 0,
+        "categories": None,
+        "categories_at": None,
+        "inc": 0,
+        "reset": 0,
+        "now": now,
+    }
+
+
+_UNKNOWN_META = ScopeMeta()
+
+
+def put_row_params(row: ScopeRow) -> dict[str, Any]:
+    return put_params(row, text=as_is, flag=int, categories=categories_json)
+
+
+def as_is(value: str | None) -> str | None:
+    return value
+
+
+def categories_json(categories: dict[str, str]) -> str:
+    return json.dumps(categories, ensure_ascii=False, sort_keys=True)
+
+
+TARGET_NAMES = tuple(f"t{i}" for i in range(MAX_TARGETS))
+
+
+def padded_targets(
+    key: ScopeKey, meta: ScopeMeta | None, triggerer: str | None
+) -> list[str | None]:
+    """The write's fence targets, NULL-padded to the statement's fixed width."""
+    m = meta or _UNKNOWN_META
+    server_id = m.server_id if meta else (key.owner_id if key.kind == "server" else None)
+    targets: list[str | None] = list(scope_targets(key, server_id, m.parent_channel_id, triggerer))
+    return targets + [None] * (MAX_TARGETS - len(targets))
