@@ -17,6 +17,7 @@ from shortterm import (
     ServerSettings,
     UserSettings,
 )
+from shortterm.memory.backends import make_cache, make_store
 from shortterm.store.sqlite import SQLiteStore
 
 
@@ -147,3 +148,22 @@ async def test_user_message_is_bounded(memory: shortterm.Memory) -> None:
     turn = memory.turn(user_id="u", channel_id="c", user_message="x" * 10_000_000)
     assert len(turn.user_message) <= 20_000
     assert turn.privacy is Privacy.NONE
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://bot:s3cret-pw@127.0.0.1/test?pool_max_size=0",
+        "postgresql://bot:s3cret-pw@127.0.0.1/test?pool_timeout_s=soon",
+        "redis://:s3cret-pw@127.0.0.1:6379/0?retries=-1",
+        "redis://:s3cret-pw@127.0.0.1:6379/0?socket_timeout=0",
+        "mysql://bot:s3cret-pw@127.0.0.1/test",
+    ],
+)
+def test_a_bad_backend_url_is_named_without_its_password(url: str) -> None:
+    pytest.importorskip("psycopg")
+    pytest.importorskip("redis")
+    with pytest.raises(ConfigError) as caught:
+        make_cache(url, Config()) if url.startswith("redis") else make_store(url)
+    message = str(caught.value)
+    assert "s3cret-pw" not in message and "***" in message

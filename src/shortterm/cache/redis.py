@@ -186,13 +186,15 @@ class RedisCache:
             url,
             schemes=("redis", "rediss", "unix"),
             ours=_OWN_OPTIONS,
-            wrong_scheme=f"not a Redis URL: {url!r} (use redis://host:6379/0)",
+            wrong_scheme=f"not a Redis URL: {urls.shown_url(url)!r} (use redis://host:6379/0)",
         )
         retries = int(urls.non_negative_number(options, "retries", 1, url))
         given = dict(parse_qsl(urlsplit(redis_url).query))
         socket_timeout_s = urls.non_negative_number(given, "socket_timeout", _SOCKET_TIMEOUT_S, url)
         if socket_timeout_s <= 0:
-            raise ConfigError(f"socket_timeout in {url!r} must be a positive number of seconds")
+            raise ConfigError(
+                f"socket_timeout in {urls.shown_url(url)!r} must be a positive number of seconds"
+            )
         try:
             client = aioredis.Redis.from_url(
                 redis_url,
@@ -202,7 +204,7 @@ class RedisCache:
                 socket_connect_timeout=min(socket_timeout_s, _SOCKET_TIMEOUT_S),
             )
         except ValueError as exc:
-            raise ConfigError(f"cache={url!r}: {exc}") from exc
+            raise ConfigError(f"cache={urls.shown_url(url)!r}: {exc}") from exc
         return cls(
             client,
             crude_ttl_s=config.crude_ttl_s,

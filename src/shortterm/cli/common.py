@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..memory.backends import DEFAULT_STORE_URL, shown_url
+from ..memory.backends import DEFAULT_STORE_URL
 from ..model.errors import InvalidInput, StoreUnavailable
+from ..model.urls import shown_url
 from .app import Declined
 
 if TYPE_CHECKING:

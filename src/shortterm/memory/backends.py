@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ..cache.base import HotTier
 from ..cache.inprocess import InProcessCache
 from ..model.config import Config
 from ..model.errors import ConfigError, ExtraMissing
+from ..model.urls import shown_url
 from ..store.base import Store
 from ..store.reference import ReferenceStore
 from ..store.sqlite import SQLiteStore
 
-__all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store", "shown_url"]
+__all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store"]
 
 DEFAULT_STORE_URL = "sqlite:///shortterm.db"
 
@@ -38,7 +39,9 @@ def make_store(url: str) -> Store:
             raise
         store: Store = PostgresStore.from_url(url)
         return store
-    raise ConfigError(f"store={url!r}: unknown scheme {scheme!r} (memory, sqlite or postgresql)")
+    raise ConfigError(
+        f"store={shown_url(url)!r}: unknown scheme {scheme!r} (memory, sqlite or postgresql)"
+    )
 
 
 def make_cache(url: str, config: Config) -> HotTier:
@@ -59,13 +62,4 @@ def make_cache(url: str, config: Config) -> HotTier:
             raise
         cache: HotTier = RedisCache.from_url(url, config)
         return cache
-    raise ConfigError(f"cache={url!r}: unknown scheme {scheme!r} (memory or redis)")
-
-
-def shown_url(url: str) -> str:
-    """A backend URL as printed or logged: any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    raise ConfigError(f"cache={shown_url(url)!r}: unknown scheme {scheme!r} (memory or redis)")

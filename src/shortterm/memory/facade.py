@@ -116,8 +116,7 @@ class Memory:
         await self.store.migrate()
         now = self.clock()
         # The position first: whatever is journaled while we load is read again later.
-        self.journal.head = await self.store.journal_head()
-        self.store.journal_moved()  # take the current state as seen
+        await self.journal.start()
         known = self.known_settings
         known.put_servers(await self.store.server_settings_since(0.0))
         known.put_users(await self.store.user_settings_since(0.0))

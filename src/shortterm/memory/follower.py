@@ -32,6 +32,12 @@ class JournalFollower:
         self.behind = False  # a journal read failed: read it on the next call
         self.error = ""  # why the last journal read failed
 
+    async def start(self) -> None:
+        """Take the journal's current end as our position, and the current state as seen."""
+        store = self._memory.store
+        self.head = await store.journal_head()
+        store.journal_moved()
+
     async def follow(self) -> bool:
         """Apply what other processes journaled since our position. Costs a cheap check
         (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns

@@ -1,5 +1,7 @@
 """Backend URLs carrying our own query options beside the driver's.
 
+Errors name a URL as :func:`shown_url` prints it, so a password never reaches a log.
+
 PostgreSQL and Redis URLs both take options of ours (pool sizes, timeouts, a prefix) that the
 driver must never see. One parser splits them off and one set of readers checks them, so both
 backends accept the same spellings and fail with the same messages. Pure: no I/O.
@@ -14,7 +16,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import ConfigError
 
-__all__ = ["at_least_one", "non_negative_number", "positive_seconds", "split_options"]
+__all__ = [
+    "at_least_one",
+    "non_negative_number",
+    "positive_seconds",
+    "shown_url",
+    "split_options",
+]
 
 T = TypeVar("T", int, float)
 
@@ -44,7 +52,7 @@ def positive_seconds(options: Mapping[str, str], name: str, default: float, url:
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
-        raise ConfigError(f"{name} in {url!r} must be a positive number of seconds")
+        raise ConfigError(f"{name} in {shown_url(url)!r} must be a positive number of seconds")
     return value
 
 
@@ -54,7 +62,7 @@ def at_least_one(options: Mapping[str, str], name: str, default: int, url: str) 
     if value is None:
         return default
     if value < 1:
-        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be at least 1")
+        raise ConfigError(f"{name}={options[name]!r} in {shown_url(url)!r} must be at least 1")
     return value
 
 
@@ -64,7 +72,9 @@ def non_negative_number(options: Mapping[str, str], name: str, default: float, u
     if value is None:
         return default
     if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}={options[name]!r} in {url!r} must be a non-negative number")
+        raise ConfigError(
+            f"{name}={options[name]!r} in {shown_url(url)!r} must be a non-negative number"
+        )
     return value
 
 
@@ -78,4 +88,13 @@ def _given(
     try:
         return parse(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} in {url!r} is not {noun}") from None
+        raise ConfigError(f"{name}={raw!r} in {shown_url(url)!r} is not {noun}") from None
+
+
+def shown_url(url: str) -> str:
+    """A backend URL as printed or logged: any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

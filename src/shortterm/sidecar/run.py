@@ -10,8 +10,8 @@ from typing import Any
 import uvicorn
 
 from ..memory import open as open_memory
-from ..memory.backends import shown_url
 from ..model.config import Config
+from ..model.urls import shown_url
 from .app import create_app
 from .quickstart import quickstart_lines
 from .settings import SidecarSettings

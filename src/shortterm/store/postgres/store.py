@@ -97,7 +97,7 @@ class PostgresStore:
             url,
             schemes=("postgresql", "postgres"),
             ours=sql.OWN_OPTIONS,
-            wrong_scheme=f"not a PostgreSQL URL: {url!r} (use postgresql://user@host/db)",
+            wrong_scheme=f"not a PostgreSQL URL: {urls.shown_url(url)!r} (use postgresql://user@host/db)",
         )
         min_size = urls.at_least_one(options, "pool_min_size", 1, url)
         max_size = max(min_size, urls.at_least_one(options, "pool_max_size", 10, url))

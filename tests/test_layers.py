@@ -1,0 +1,65 @@
+"""The tree's layers hold: no module imports from a layer below its own (docs/design.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import shortterm
+
+ROOT = Path(shortterm.__file__).parent
+# model → pure → tiers → facade → surfaces, as the "Where things are" table lists them.
+LAYER = {
+    "model": 0,
+    "prompt": 1,
+    "tool": 1,
+    "intent": 1,
+    "store": 2,
+    "cache": 2,
+    "memory": 3,
+    "cli": 4,
+    "sidecar": 4,
+    "transfer": 4,
+    "integrations": 4,
+    "bench": 4,
+}
+
+
+def _imported_folders(path: Path) -> set[str]:
+    """The top-level folders of shortterm that ``path`` imports from, type-only imports too."""
+    package = list(path.relative_to(ROOT).parent.parts)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "shortterm":
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            names = [target[0]] if target else [a.name for a in node.names]
+            found.update(names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "shortterm" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def test_every_folder_is_in_a_layer() -> None:
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(LAYER)
+
+
+def test_no_module_imports_from_a_lower_layer() -> None:
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        own = path.relative_to(ROOT).parts[0]
+        if own not in LAYER:
+            continue  # shortterm/__init__.py: the public names, from every layer
+        for folder in _imported_folders(path):
+            if folder in LAYER and LAYER[folder] > LAYER[own]:
+                upward.append(f"{path.relative_to(ROOT)} imports shortterm.{folder}")
+    assert upward == []
