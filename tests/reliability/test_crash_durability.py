@@ -103,8 +103,27 @@ def sqlite_state(path: Path) -> tuple[Any, ...]:
         db.close()
 
 
+def _killed_writer_settled(
+    conn: psycopg.Connection[Any], writer: str, limit_s: float = 10.0
+) -> None:
+    """Wait until the killed writer's server backends are gone. A statement the writer sent
+    before it died (a whole pipelined transaction) still runs, and may commit, after the
+    kill: observing before it ends would race it."""
+    deadline = time.monotonic() + limit_s
+    while conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (writer,)
+    ).fetchone() != (0,):
+        assert time.monotonic() < deadline, "the killed writer's backends never went away"
+        time.sleep(0.01)
+
+
+def _writer_name(schema: str) -> str:
+    return f"stm-crash-{schema}"  # this test's processes only, whatever else is connected
+
+
 def postgres_state(url: str, schema: str) -> tuple[Any, ...]:
     with psycopg.connect(url, autocommit=True) as conn:
+        _killed_writer_settled(conn, _writer_name(schema))
         t = f'"{schema}".'
         return _snapshot(
             *(conn.execute(q.format(t=t)).fetchall() for q in (_ROWS, _SERVERS, _USERS))
@@ -173,6 +192,6 @@ async def test_sqlite_keeps_every_acknowledged_write_through_sigkills(tmp_path: 
 async def test_postgres_keeps_every_acknowledged_write_through_sigkills(
     pg_url: str, schema: str
 ) -> None:
-    url = with_query(pg_url, schema=schema)
+    url = with_query(pg_url, schema=schema, application_name=_writer_name(schema))
     figures = await crash_rounds(url, lambda: postgres_state(pg_url, schema), seed=12)
     print("postgres crash rounds:", figures)  # shown with pytest -s
