@@ -51,6 +51,20 @@ class HotTier(Protocol):
         purged since are dropped from it — checked in the same atomic step as the write.
         The private flag is sticky. Returns whether the capture was applied."""
 
+    async def capture_scopes(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]],
+        meta: ScopeMeta,
+        now: float,
+        fence: WriteFence | None = None,
+        step: ScopeKey | None = None,
+    ) -> int:
+        """:meth:`capture` of every scope of one turn in one call (one round trip on a
+        shared tier), each with its own durable row or ``None``. ``step`` names the scope
+        whose cadence counter this tier steps itself, because its durable step is deferred
+        (a write-behind; only an unshared tier is given one). Returns how many scopes were
+        applied."""
+
     async def apply_rows(
         self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
     ) -> None:

@@ -294,6 +294,32 @@ class InProcessCache:
         now: float,
         fence: WriteFence | None = None,
     ) -> bool:
+        return self._capture(key, messages, meta, row, now, fence, False)
+
+    async def capture_scopes(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]],
+        meta: ScopeMeta,
+        now: float,
+        fence: WriteFence | None = None,
+        step: ScopeKey | None = None,
+    ) -> int:
+        stepped = step.astuple if step is not None else None
+        applied = 0
+        for key, messages, row in scopes:
+            applied += self._capture(key, messages, meta, row, now, fence, key.astuple == stepped)
+        return applied
+
+    def _capture(
+        self,
+        key: ScopeKey,
+        messages: tuple[Message, ...],
+        meta: ScopeMeta,
+        row: ScopeRow | None,
+        now: float,
+        fence: WriteFence | None,
+        step: bool,
+    ) -> bool:
         kt = key.astuple
         if fence is not None and self._tomb_head > fence.position:
             # Everything below runs without a suspension point: the check and the write are
@@ -315,6 +341,8 @@ class InProcessCache:
             rec.meta = meta
         if row is not None:
             self._mirror(rec, row)
+        if step:
+            rec.turns += 1  # the durable step follows in the write-behind
         rec.messages_at = now
         rec.touched_at = now
         self._set_messages(kt, rec, messages)

@@ -397,6 +397,22 @@ class RedisCache:
             return outcome == 1
         return False  # purges kept landing during this capture: let them win
 
+    async def capture_scopes(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]],
+        meta: ScopeMeta,
+        now: float,
+        fence: WriteFence | None = None,
+        step: ScopeKey | None = None,
+    ) -> int:
+        if step is not None:
+            # Shared: every process reads this counter, so it is only ever the durable one.
+            raise ValueError("a shared hot tier takes no deferred counter step")
+        applied = 0
+        for key, messages, row in scopes:
+            applied += await self.capture(key, messages, meta, row, now, fence)
+        return applied
+
     def _apply_args(self, row: ScopeRow, now: float, fence: WriteFence | None) -> list[str]:
         d, vexp = self._durable(row)
         key = row.key

@@ -455,16 +455,19 @@ class Memory:
             self.health.failed("capture", exc)
             self.health.count("degraded_captures")
             durable = None
-        applied = True
-        for key, messages in scopes:
-            row = None
-            if durable is not None:
-                row = durable.get(key.astuple)
-                if row is None:  # the durable tier's fence refused it
-                    applied = False
-                    continue
-            if not await self.cache.capture(key, messages, meta, row, now, fence):
-                applied = False
+        hot: list[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]]
+        if durable is None:
+            hot = [(key, messages, None) for key, messages in scopes]
+        else:
+            # A scope the durable tier's fence refused is not written here either.
+            hot = [
+                (key, messages, row)
+                for key, messages in scopes
+                if (row := durable.get(key.astuple)) is not None
+            ]
+        applied = len(hot) == len(scopes)
+        if hot and await self.cache.capture_scopes(hot, meta, now, fence) < len(hot):
+            applied = False
         if not applied:
             self.health.count("fenced_writes")
         return applied
