@@ -23,6 +23,8 @@ class KnownSettings:
         self._servers: dict[str, ServerSettings] = {}
         self._users: dict[str, UserSettings] = {}
         self._full_privacy: set[str] = set()
+        # Bumped whenever the set changes: what was rendered under an older set is stale.
+        self.full_privacy_version = 0
         self.checked_at = 0.0  # when the last look-back ran
 
     def server(self, server_id: str | None) -> ServerSettings:
@@ -57,14 +59,20 @@ class KnownSettings:
     def put_users(self, changed: Mapping[str, UserSettings]) -> None:
         for user_id, settings in changed.items():
             self._users[user_id] = settings
+            full = self._full_privacy
             if settings.privacy is Privacy.FULL:
-                self._full_privacy.add(user_id)
-            else:
-                self._full_privacy.discard(user_id)
+                if user_id not in full:
+                    full.add(user_id)
+                    self.full_privacy_version += 1
+            elif user_id in full:
+                full.discard(user_id)
+                self.full_privacy_version += 1
 
     def drop_user(self, user_id: str) -> None:
         self._users.pop(user_id, None)
-        self._full_privacy.discard(user_id)
+        if user_id in self._full_privacy:
+            self._full_privacy.discard(user_id)
+            self.full_privacy_version += 1
 
     def replace(
         self, servers: Mapping[str, ServerSettings], users: Mapping[str, UserSettings]
@@ -73,4 +81,5 @@ class KnownSettings:
         self._servers = dict(servers)
         self._users = {}
         self._full_privacy = set()
+        self.full_privacy_version += 1
         self.put_users(users)

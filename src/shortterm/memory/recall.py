@@ -191,9 +191,47 @@ class _Recall:
         return "a_server" if in_dm else "another_server"
 
     def plan(self, entry: Entry) -> Recollection | None:
+        """What ``entry`` shows this turn, planned once per view of it and per the inputs
+        below: the same entry recalled again reuses its quoted, escaped rows."""
+        origin = self.origin(entry)
+        owner = self.memory.known_settings.server(_server_of(entry))
+        # A server entry shown in its own server reads nothing of the user (so one plan
+        # serves every user there); elsewhere the user's name appears in the block.
+        who = None if origin == "this_server" else self.user_name
+        inputs = (
+            origin,
+            who,
+            self.settings,
+            owner,
+            self.turn.bot_name,
+            self.memory.known_settings.full_privacy_version,
+        )
+        memo: _Memo | None = entry._memo
+        if memo is None:
+            memo = _Memo()
+            object.__setattr__(entry, "_memo", memo)
+        elif memo.other_inputs == inputs:
+            return memo.other
+        planned = self._plan(entry, origin)
+        memo.other_inputs, memo.other = inputs, planned
+        return planned
+
+    def same(self, entry: Entry, labels: dict[str, str] | None) -> Section | None:
+        """The live entry's distilled section, built once per view and settings."""
+        settings = self.settings
+        memo: _Memo | None = entry._memo
+        if memo is None:
+            memo = _Memo()
+            object.__setattr__(entry, "_memo", memo)
+        elif memo.same_inputs is settings:
+            return memo.same
+        memo.same_inputs, memo.same = settings, distilled_section(entry, labels)
+        return memo.same
+
+    def _plan(self, entry: Entry, origin: Origin) -> Recollection | None:
         settings = self.settings
         where = describe(
-            self.origin(entry),
+            origin,
             channel_id=entry.key.channel_id,
             channel_name=entry.channel_name,
             user_name=self.user_name,
@@ -208,6 +246,21 @@ class _Recall:
             user_fallback="someone" if entry.key.kind == "server" else self.user_name,
             bot_fallback=self.turn.bot_name,
         )
+
+
+class _Memo:
+    """What one entry view rendered, with the inputs it was rendered under. Kept on the view
+    (see ``Entry._memo``), so it is dropped with the view: never shown for a changed or
+    forgotten entry. Planned sections are shared: :func:`build_context` copies them before
+    a token budget trims anything."""
+
+    __slots__ = ("other", "other_inputs", "same", "same_inputs")
+
+    def __init__(self) -> None:
+        self.other_inputs: tuple[object, ...] | None = None
+        self.other: Recollection | None = None
+        self.same_inputs: ServerSettings | None = None
+        self.same: Section | None = None
 
 
 def _server_of(entry: Entry) -> str | None:
@@ -262,14 +315,19 @@ async def build_context(
     if personal or live_key.kind == "server":
         live = await reader.get(live_key)
     labels = recall.labels(turn.server_id)
-    same: Section | None = distilled_section(live, labels) if live is not None else None
+    same: Section | None = recall.same(live, labels) if live is not None else None
 
     nudge: ContextItem | None = None
-    if turn.tool_available() and await reader.counter(live_key, live) >= settings.refresh_cadence:
+    # The counter first: it is a field read, while the tool guards scan the user's message.
+    if await reader.counter(live_key, live) >= settings.refresh_cadence and turn.tool_available():
         nudge = ContextItem(text=nudge_text(settings, labels), kind="nudge")
 
     reader.done()
     now = memory.clock()
+    if max_tokens is not None:
+        # A budget drops rows in place, and planned sections are shared with later turns.
+        recollections = [r.copy() for r in recollections]
+        same = same.copy() if same is not None else None
     other_text, same_text = fit(
         recollections,
         same,
