@@ -42,6 +42,7 @@ _PRIVACY_ORDER = (Privacy.NONE, Privacy.PARTIAL, Privacy.FULL)
 
 # The triggering text is only scanned for intent; nothing longer is useful for that.
 _MAX_USER_MESSAGE_CHARS = 20_000
+_MAX_NAME_CHARS = 200
 
 
 class Turn:
@@ -73,26 +74,42 @@ class Turn:
         self.memory = memory
         self.user_id = check_id("user_id", user_id)
         self.channel_id = check_id("channel_id", channel_id)
-        self.server_id = check_optional_id("server_id", server_id)
-        self.persona_id = check_optional_id("persona_id", persona_id)
-        self.persona_lineage_id = check_optional_id("persona_lineage_id", persona_lineage_id)
-        self.parent_channel_id = check_optional_id("parent_channel_id", parent_channel_id)
+        # Optional arguments are mostly left out: the None test is inline, so leaving one
+        # out costs nothing.
+        self.server_id = None if server_id is None else check_id("server_id", server_id)
+        self.persona_id = None if persona_id is None else check_id("persona_id", persona_id)
+        self.persona_lineage_id = (
+            None
+            if persona_lineage_id is None
+            else check_id("persona_lineage_id", persona_lineage_id)
+        )
+        self.parent_channel_id = (
+            None if parent_channel_id is None else check_id("parent_channel_id", parent_channel_id)
+        )
         if not isinstance(user_message, str):
             raise InvalidInput("user_message", user_message, "a string")
-        self.user_message = user_message[:_MAX_USER_MESSAGE_CHARS]
-        self.user_name = check_optional_text("user_name", user_name, 200)
-        if not isinstance(bot_name, str) or not bot_name.strip():
-            raise InvalidInput("bot_name", bot_name, "a non-blank string")
-        self.bot_name = check_optional_text("bot_name", bot_name, 200) or "Assistant"
-        self.server_name = check_optional_text("server_name", server_name, 200)
-        self.channel_name = check_optional_text("channel_name", channel_name, 200)
-        if provider is not None and not isinstance(provider, str):
-            raise InvalidInput("provider", provider, "a provider name or None")
-        self.provider = provider.lower() if provider else None
-        if not isinstance(has_tools, bool):
+        self.user_message = (
+            user_message
+            if len(user_message) <= _MAX_USER_MESSAGE_CHARS
+            else user_message[:_MAX_USER_MESSAGE_CHARS]
+        )
+        self.user_name = None if user_name is None else _name("user_name", user_name)
+        if bot_name != "Assistant":
+            if not isinstance(bot_name, str) or not bot_name.strip():
+                raise InvalidInput("bot_name", bot_name, "a non-blank string")
+            bot_name = _name("bot_name", bot_name)
+        self.bot_name = bot_name
+        self.server_name = None if server_name is None else _name("server_name", server_name)
+        self.channel_name = None if channel_name is None else _name("channel_name", channel_name)
+        if provider is not None:
+            if not isinstance(provider, str):
+                raise InvalidInput("provider", provider, "a provider name or None")
+            provider = provider.lower() or None
+        self.provider = provider
+        if has_tools is not True and has_tools is not False:
             raise InvalidInput("has_tools", has_tools, "True or False")
         self.has_tools = has_tools
-        if not isinstance(privacy, Privacy):
+        if type(privacy) is not Privacy:
             raise InvalidInput("privacy", privacy, "a shortterm.Privacy value")
         self.privacy = privacy
         if locale is not None and (not isinstance(locale, str) or not locale.strip()):
@@ -110,18 +127,21 @@ class Turn:
         return self.server_id is None
 
     def user_key(self, persona_id: str | None = None) -> ScopeKey:
-        return ScopeKey.user(self.user_id, self.channel_id, persona_id)
+        persona = check_optional_id("persona_id", persona_id)
+        return ScopeKey._unchecked("user", self.user_id, self.channel_id, persona)
 
     def server_key(self, persona_id: str | None = None) -> ScopeKey | None:
         if self.server_id is None:
             return None
-        return ScopeKey.server(self.server_id, self.channel_id, persona_id)
+        persona = check_optional_id("persona_id", persona_id)
+        return ScopeKey._unchecked("server", self.server_id, self.channel_id, persona)
 
     @property
     def live_key(self) -> ScopeKey:
         """The scope that holds this channel's summary and cadence counter for the persona."""
-        key = self.server_key(self.persona_id)
-        return key if key is not None else self.user_key(self.persona_id)
+        if self.server_id is None:
+            return ScopeKey._unchecked("user", self.user_id, self.channel_id, self.persona_id)
+        return ScopeKey._unchecked("server", self.server_id, self.channel_id, self.persona_id)
 
     @property
     def settings(self) -> ServerSettings:
@@ -304,6 +324,19 @@ class Turn:
                 )
             kept.append(m)
         return kept
+
+
+def _name(field: str, value: object) -> str:
+    """A display name (user, bot, server, channel): cleaned and capped, refused only when it
+    is not text. ``check_optional_text``, minus its None case."""
+    if (
+        type(value) is str
+        and len(value) <= _MAX_NAME_CHARS
+        and value.isascii()
+        and "\x00" not in value
+    ):
+        return value  # the usual name: nothing to clean
+    return check_optional_text(field, value, _MAX_NAME_CHARS) or ""
 
 
 def _cap(text: str, cap: int) -> str:
