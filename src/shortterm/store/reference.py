@@ -68,12 +68,13 @@ class ReferenceStore:
         self._journal: list[fencing.JournalEntry] = []
         self._fence: dict[str, int] = {}
         self._seqs = itertools.count(1)
+        self._head = 0  # the newest sequence journaled: a write fenced at it needs no lookup
         self.closed = False
 
     def _append(
         self, kind: fencing.JournalKind, subject: Sequence[str | None], targets: Sequence[str]
     ) -> int:
-        seq = next(self._seqs)
+        seq = self._head = next(self._seqs)
         self._journal.append(fencing.JournalEntry(seq, kind, tuple(subject), tuple(targets)))
         for t in targets:
             self._fence[t] = seq
@@ -82,8 +83,8 @@ class ReferenceStore:
     def _fenced(
         self, key: ScopeKey, meta: ScopeMeta | None, fence: fencing.WriteFence | None
     ) -> bool:
-        if fence is None:
-            return False
+        if fence is None or fence.position >= self._head:
+            return False  # nothing was journaled after the write began
         server_id = meta.server_id if meta is not None else _server_of(key)
         parent = meta.parent_channel_id if meta is not None else None
         targets = fencing.scope_targets(key, server_id, parent, fence.triggerer)
@@ -105,25 +106,27 @@ class ReferenceStore:
         statement computes it; nothing is stored yet (:meth:`_store` does)."""
         old = self._rows.get(key.astuple)
         if old is None:
-            fields: dict[str, Any] = {"turns_since_refresh": inc}
-            fields["meta"] = meta if meta is not None else ScopeMeta(server_id=_server_of(key))
+            if meta is None:
+                meta = ScopeMeta(server_id=_server_of(key))
+            row = ScopeRow(key, meta, turns_since_refresh=inc, updated_at=now)
         else:
-            fields = {
-                "summary": old.summary,
-                "summary_at": old.summary_at,
-                "categories": old.categories,
-                "categories_at": old.categories_at,
-                "turns_since_refresh": old.turns_since_refresh + inc,
-                "refresh_epoch": old.refresh_epoch,
-                "revision": old.revision + 1,
-            }
-            if meta is None or meta == old.meta:
-                fields["meta"] = old.meta
+            if meta is None or meta is old.meta or meta == old.meta:
+                meta = old.meta
             else:
-                fields["meta"] = _keep_known(old.meta, meta)
-        if changes:
-            fields.update(changes)
-        return ScopeRow(key=key, updated_at=now, **fields)
+                meta = _keep_known(old.meta, meta)
+            row = ScopeRow(
+                key,
+                meta,
+                old.summary,
+                old.summary_at,
+                old.categories,
+                old.categories_at,
+                old.turns_since_refresh + inc,
+                old.refresh_epoch,
+                old.revision + 1,
+                now,
+            )
+        return dataclasses.replace(row, **changes) if changes else row
 
     def _store(self, row: ScopeRow) -> ScopeRow:
         kt = row.key.astuple
