@@ -448,9 +448,12 @@ class InProcessCache:
         owner = (kind, owner_id)
         out: list[Entry] = []
         expired: list[KeyTuple] = []
+        entries = self._entries
         for kt in self._by_owner.get(owner, ()):
-            rec = self._entries[kt]
-            view = self._view(rec, now)
+            rec = entries[kt]
+            view = rec.view
+            if view is None or now >= rec.view_until:
+                view = self._view(rec, now)  # changed or partly expired since last read
             if view is not None:
                 out.append(view)
             elif now >= rec.expires_at:

@@ -122,6 +122,18 @@ class Entry:
     # is replaced whenever its entry changes (a capture, an edit, a forget, an expiry), so
     # a rendering can never outlive what it shows.
     _memo: Any = field(default=None, init=False, repr=False, compare=False)
+    # ``updated_at`` as a plain float (-1 for none), kept for sorting many entries by it.
+    _newest: float = field(default=-1.0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        newest = -1.0 if self.messages_at is None else self.messages_at
+        at = self.summary_at
+        if at is not None and at > newest:
+            newest = at
+        at = self.categories_at
+        if at is not None and at > newest:
+            newest = at
+        object.__setattr__(self, "_newest", newest)
 
     @property
     def updated_at(self) -> float | None:

@@ -89,9 +89,21 @@ def category_labels(settings: ServerSettings) -> dict[str, str] | None:
     """slug → label when the server is in category mode, ``None`` in summary mode.
 
     A single category labelled "summary" is summary mode (the form a settings screen saves
-    when nothing was configured)."""
+    when nothing was configured). Read it, never change it: one map serves every turn of
+    the same settings."""
+    held = _LABELS.get(id(settings))
+    if held is not None and held[0] is settings:
+        return held[1]
     cats = active_categories(settings, len(settings.categories))
-    return slug_map(cats) if cats else None
+    labels = slug_map(cats) if cats else None
+    if len(_LABELS) >= 4096:
+        _LABELS.clear()
+    _LABELS[id(settings)] = (settings, labels)  # holding settings keeps its id unique
+    return labels
+
+
+# Labels by settings object: settings change rarely and are read on every turn.
+_LABELS: dict[int, tuple[ServerSettings, dict[str, str] | None]] = {}
 
 
 def nudge_text(settings: ServerSettings, labels: Mapping[str, str] | None) -> str:
