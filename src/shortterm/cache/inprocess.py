@@ -163,15 +163,21 @@ class InProcessCache:
     def _reschedule(
         self, kt: KeyTuple, rec: _Record, pending: list[tuple[float, int, KeyTuple]] | None = None
     ) -> None:
-        expiries = []
+        # The latest expiry of its values (plain comparisons: this runs on every capture).
+        expires = -_INF
         if rec.messages and rec.messages_at is not None:
-            expiries.append(rec.messages_at + self.crude_ttl_s)
+            expires = rec.messages_at + self.crude_ttl_s
         if rec.summary is not None and rec.summary_at is not None:
-            expiries.append(rec.summary_at + self.summary_ttl_s)
+            t = rec.summary_at + self.summary_ttl_s
+            if t > expires:
+                expires = t
         if rec.categories and rec.categories_at is not None:
-            expiries.append(rec.categories_at + self.summary_ttl_s)
-        # A record with no values still mirrors the durable counter for a while.
-        expires = max(expiries) if expiries else rec.touched_at + self.crude_ttl_s
+            t = rec.categories_at + self.summary_ttl_s
+            if t > expires:
+                expires = t
+        if expires == -_INF:
+            # A record with no values still mirrors the durable counter for a while.
+            expires = rec.touched_at + self.crude_ttl_s
         if expires != rec.expires_at:
             rec.expires_at = expires
             item = (expires, next(self._seq), kt)
@@ -349,7 +355,8 @@ class InProcessCache:
         rec.view = None
         self._reschedule(kt, rec)
         self._counts["stores"] += 1
-        self._enforce_bounds(kt)
+        if len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            self._enforce_bounds(kt)
         return True
 
     def _covered(

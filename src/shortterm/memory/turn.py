@@ -155,12 +155,13 @@ class Turn:
             return self.privacy
         return max(self.privacy, stored.privacy, key=_PRIVACY_ORDER.index)
 
-    def tool_possible(self) -> bool:
+    def tool_possible(self, settings: ServerSettings | None = None) -> bool:
         """Whether this kind of turn could ever be offered the tool (provider, tools, server
-        switch); the per-turn guards come on top. Only such turns advance the counter."""
+        switch); the per-turn guards come on top. Only such turns advance the counter.
+        ``settings``: the turn's server settings, when the caller already has them."""
         if self.provider is not None and self.provider in self.memory.config.tool_less_providers:
             return False
-        return self.has_tools and self.settings.stm_enabled
+        return self.has_tools and (settings or self.settings).stm_enabled
 
     @property
     def long_term_intent(self) -> bool:
@@ -192,10 +193,11 @@ class Turn:
         with self.memory.cache.operation():
             return await _tool.maintenance_due(self)
 
-    def meta(self, lineage: str | None) -> ScopeMeta:
+    def meta(self, lineage: str | None, settings: ServerSettings | None = None) -> ScopeMeta:
         private = False
         if self.server_id is not None:
-            private = self.settings.is_private(self.channel_id, self.parent_channel_id)
+            settings = settings or self.settings
+            private = settings.is_private(self.channel_id, self.parent_channel_id)
         parts = (
             self.server_id,
             self.server_name,
@@ -254,43 +256,53 @@ class Turn:
         # The fence first: the privacy choices read below are those of this position, and
         # any forget after it drops what it covers from this capture, in both tiers.
         fence = await memory.begin_write(self.user_id)
-        if memory.known_settings.due(memory.clock(), memory.config.settings_refresh_s):
+        known, config = memory.known_settings, memory.config
+        now = memory.clock()
+        if known.due(now, config.settings_refresh_s):
             await memory.refresh_settings()
+            now = memory.clock()
         privacy = self.effective_privacy()
         if stopped or not replies or privacy is Privacy.FULL:
             memory.health.count("captures_skipped")
             return
-        now = memory.clock()
-        cap = memory.config.max_message_chars
+        cap = config.max_message_chars
         kept = self._admitted(history, now, cap)
         admitted = len(kept)
         for r in replies:
-            if r.text and not r.text.isspace():
+            text = r.text
+            if text and not text.isspace():
                 speaker = r.persona_name or self.bot_name
-                kept.append(Message._unchecked("assistant", _cap(r.text, cap), None, speaker, now))
+                kept.append(Message._unchecked("assistant", _cap(text, cap), None, speaker, now))
         if len(kept) == admitted:
             memory.health.count("captures_skipped")  # every reply was blank
             return
-        dialogue = tuple(kept[-memory.config.max_messages :])
+        limit = config.max_messages
+        dialogue = tuple(kept[-limit:] if len(kept) > limit else kept)
         # The user's personal scope keeps only what they and the bot said: other people's
         # messages never follow this user to another server.
         uid = self.user_id
-        own = tuple(m for m in dialogue if m.role == "assistant" or m.author_id in (None, uid))
+        own = tuple(
+            [m for m in dialogue if (a := m.author_id) is None or a == uid or m.role == "assistant"]
+        )
+        if len(own) == len(dialogue):
+            own = dialogue  # one tuple for both scopes
         personas: dict[str | None, str | None] = {}
         for r in replies:
             pid = r.persona_id if r.persona_id is not None else self.persona_id
             if pid not in personas:
                 personas[pid] = r.persona_lineage_id or self.persona_lineage_id
-        counts = self.tool_possible() and not self.upgraded
+        settings = self.settings
+        counts = self.tool_possible(settings) and not self.upgraded
+        channel, server = self.channel_id, self.server_id
         for pid, lineage in personas.items():
-            meta = self.meta(lineage)
+            meta = self.meta(lineage, settings)
             scopes: list[tuple[ScopeKey, tuple[Message, ...]]] = []
-            user_key = ScopeKey._unchecked("user", uid, self.channel_id, pid)
+            user_key = ScopeKey._unchecked("user", uid, channel, pid)
             if privacy is not Privacy.PARTIAL:
                 scopes.append((user_key, own))
             live = user_key
-            if self.server_id is not None:
-                live = ScopeKey._unchecked("server", self.server_id, self.channel_id, pid)
+            if server is not None:
+                live = ScopeKey._unchecked("server", server, channel, pid)
                 scopes.append((live, dialogue))
             if not scopes:
                 continue  # a partial-privacy user in a DM: nothing personal is kept
