@@ -55,7 +55,11 @@ def _collapse(m: re.Match[str]) -> str:
 def normalize(text: str) -> str:
     """NFKC, straight quotes, case folding, and whitespace runs folded to one space (one line
     break when the run held one)."""
-    text = unicodedata.normalize("NFKC", text).translate(_QUOTES).casefold()
+    if text.isascii():
+        # ASCII is its own NFKC form and folds by lower(); of the quotes only ` is ASCII.
+        text = text.replace("`", "'").lower()
+    else:
+        text = unicodedata.normalize("NFKC", text).translate(_QUOTES).casefold()
     return _SPACES.sub(_collapse, text).strip()
 
 
@@ -189,7 +193,10 @@ class Matcher:
         return self._patterns
 
     def search(self, normalized: str) -> bool:
-        for pattern in self._patterns or self.compile():
+        patterns = self._patterns or self.compile()
+        if normalized.isascii():
+            patterns = patterns[:1]  # every Chinese or Japanese phrase holds a CJK character
+        for pattern in patterns:
             for m in pattern.finditer(normalized):
                 if m.lastgroup != "x":
                     return True
