@@ -60,6 +60,21 @@ class Context:
     nudge_depth: int = 2
 
     def __post_init__(self) -> None:
+        items, nudge = self.items, self.nudge
+        if (
+            type(items) is list
+            and all(type(item) is ContextItem for item in items)
+            and (nudge is None or type(nudge) is ContextItem)
+            and type(self.memory_depth) is int
+            and type(self.nudge_depth) is int
+            and -1 <= self.memory_depth <= 1000
+            and -1 <= self.nudge_depth <= 1000
+        ):
+            object.__setattr__(self, "items", tuple(items))  # as the read path builds it
+            return
+        self._check()
+
+    def _check(self) -> None:
         if isinstance(self.items, str | bytes) or not isinstance(self.items, Sequence):
             raise InvalidInput("items", self.items, "a sequence of shortterm.ContextItem")
         items = tuple(self.items)
