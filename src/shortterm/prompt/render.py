@@ -111,10 +111,21 @@ def nudge_text(settings: ServerSettings, labels: Mapping[str, str] | None) -> st
 
     ``{short_term_memory_tool}`` and ``{category_labels}`` are replaced wherever they occur;
     other placeholders lose their braces except the host's own macros."""
+    held = _NUDGES.get(id(settings))
+    if held is not None and held[0] is settings and held[1] is labels:
+        return held[2]
     template = settings.nudge_text or (CATEGORY_NUDGE if labels else SUMMARY_NUDGE)
     listed = ", ".join(labels.values()) if labels else "summary"
     text = template.replace("{short_term_memory_tool}", TOOL_NAME)
-    return sanitize_placeholders(text.replace("{category_labels}", listed))
+    text = sanitize_placeholders(text.replace("{category_labels}", listed))
+    if len(_NUDGES) >= 4096:
+        _NUDGES.clear()
+    _NUDGES[id(settings)] = (settings, labels, text)
+    return text
+
+
+# The nudge by settings object (and the labels it was written for), as _LABELS above.
+_NUDGES: dict[int, tuple[ServerSettings, Mapping[str, str] | None, str]] = {}
 
 
 # -- defusing untrusted text --------------------------------------------------------------
