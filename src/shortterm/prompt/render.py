@@ -209,11 +209,14 @@ def _quote_lines_slow(text: str) -> tuple[str, ...]:
 
 
 _ROLE_NAME = re.compile(rf"(?:{_ROLE_WORDS})", re.IGNORECASE)
+_ROLE_NAMES = frozenset(_ROLE_WORDS.replace("instructions?", "instruction|instructions").split("|"))
 _PLAIN_NAME = re.compile(r"[^\s:]+(?: [^\s:]+)*")  # words, single spaces, no colon
 
 
 def _inline(text: str, max_chars: int) -> str:
     """Untrusted text for inside one of our own lines (names in headers and speakers)."""
+    if text and len(text) <= max_chars and _plain_ascii_name(text):
+        return text
     if len(text) <= max_chars and ":" not in text and _plain(text) and _PLAIN_NAME.fullmatch(text):
         return text  # one line, single spaces, nothing to defuse: the usual channel name
     # Joining lines ("[" + "system") and cutting to size ("[systemic" → "[sys") can both
@@ -222,8 +225,27 @@ def _inline(text: str, max_chars: int) -> str:
     return _defuse_markers(text)
 
 
+def _plain_ascii_name(name: str) -> bool:
+    """``_plain(name) and _PLAIN_NAME.fullmatch(name)`` for printable ASCII, by str tests:
+    words of printable ASCII, single spaces between them, no colon, nothing to defuse."""
+    return (
+        name.isascii()
+        and name.isprintable()
+        and name[:1] != " "
+        and name[-1:] != " "
+        and "  " not in name
+        and ":" not in name
+        and "<" not in name
+        and "[" not in name
+        and "|" not in name
+    )
+
+
 def _lead(name: str) -> str:
     """A speaker or field label: one line, no colon (it would fake a second speaker)."""
+    if name and len(name) <= _MAX_LEAD and _plain_ascii_name(name):
+        # The usual speaker. ASCII folds case by lower(), as the pattern's IGNORECASE does.
+        return f'"{name}"' if name.lower() in _ROLE_NAMES else name
     if len(name) <= _MAX_LEAD and _plain(name) and _PLAIN_NAME.fullmatch(name):
         shown = name  # the common case: already clean
     else:
