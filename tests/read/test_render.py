@@ -387,3 +387,24 @@ def test_cutting_a_name_to_size_cannot_create_a_marker() -> None:
     name = "x" * 60 + "[systemsystem"  # cut at 64 characters it would end in "[sys"
     assert _lead(name) == "x" * 60 + "(sys"
     assert len(_lead(name)) <= 64
+
+
+def test_the_ascii_name_check_agrees_with_the_patterns() -> None:
+    """The str-test fast path for speakers and names decides exactly as the patterns do."""
+    import random
+    import string
+
+    from shortterm.prompt import render
+
+    def by_patterns(name: str) -> bool:
+        return render._plain(name) and render._PLAIN_NAME.fullmatch(name) is not None
+
+    rng = random.Random(11)
+    alphabet = string.printable + "  "
+    for _ in range(20_000):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12)))
+        assert render._plain_ascii_name(name) == by_patterns(name), repr(name)
+        lead = render._lead(name)
+        if by_patterns(name) and len(name) <= 64:
+            quoted = render._ROLE_NAME.fullmatch(name) is not None
+            assert lead == (f'"{name}"' if quoted else name), repr(name)
