@@ -381,18 +381,21 @@ def plan_recollection(
     if messages and (render_mode == "crude_summary" or distilled is None):
         rows = []
         leads: dict[str, str] = {}  # a handful of speakers say most of the lines
+        newest: float | None = None
         for m in messages[-crude_message_count:]:
             lines = quote_lines(m.content)
             if lines:
                 at = m.at if m.at is not None else entry.messages_at
+                if at is not None and (newest is None or at > newest):
+                    newest = at
                 name = _speaker(m, user_fallback, bot_fallback)
                 lead = leads.get(name)
                 if lead is None:
                     lead = leads[name] = _lead(name)
                 rows.append(Row(lead, lines, at))
         if rows:
-            newest = max((r.at for r in rows if r.at is not None), default=entry.messages_at)
-            rec.sections.append(Section("messages", newest, rows))
+            at = newest if newest is not None else entry.messages_at
+            rec.sections.append(Section("messages", at, rows))
     return rec if rec.sections else None
 
 
