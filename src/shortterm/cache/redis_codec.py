@@ -26,8 +26,13 @@ __all__ = [
 ]
 
 
+# One encoder for every call: json.dumps with options builds a new one each time, which costs
+# more than encoding a message (a capture encodes each of its messages on its own).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def dumps(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODE(obj)
 
 
 def lua_float(value: float) -> str:
