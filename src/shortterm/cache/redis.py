@@ -385,11 +385,10 @@ class RedisCache:
     ) -> list[int]:
         """Every scope in one script call (one round trip): 1 written, 0 older than the
         cached row, -1 refused by the fence, per scope in order."""
-        expiry = lua_float(now + self.crude_ttl_s)
         args = [
             self.prefix,
             lua_float(now),
-            expiry,
+            lua_float(now + self.crude_ttl_s),
             self._margin_ms,
             "" if fence is None else str(fence.position),
             dumps(now),
