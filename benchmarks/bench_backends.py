@@ -3,7 +3,8 @@
 One turn is what the write and read paths ask of the tiers:
 
 * capture: ``store.touch`` of the user and the server scope (one transaction, the live
-  counter incremented) and ``cache.capture`` of both scopes;
+  counter incremented) and ``cache.capture_scopes`` of both (one hot-tier call, as the
+  facade's capture makes);
 * get: ``cache.get`` of the server scope (a hit);
 * summary: ``store.write_distilled`` of a summary to both scopes, resetting the counter.
 
@@ -66,8 +67,9 @@ async def capture(store: Store, cache: HotTier, i: int, now: float) -> None:
     user, server = scopes(i)
     f = fence(i)
     rows = await store.touch([(user, META), (server, META)], increment=server, now=now, fence=f)
-    await cache.capture(user, MESSAGES, META, rows[0], now, f)
-    await cache.capture(server, MESSAGES, META, rows[1], now, f)
+    await cache.capture_scopes(
+        [(user, MESSAGES, rows[0]), (server, MESSAGES, rows[1])], META, now, f
+    )
 
 
 async def get(store: Store, cache: HotTier, i: int, now: float) -> None:
@@ -124,7 +126,11 @@ class Relay:
             asyncio.create_task(pump(up_reader, writer, "down")),
         ]
         self.tasks.update(tasks)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:  # closed when the relay is, too: no socket left for the collector
+            writer.close()
+            up_writer.close()
 
     async def close(self) -> None:
         if self.server is not None:

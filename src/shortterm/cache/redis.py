@@ -19,9 +19,9 @@ Layout, under a key prefix ``P`` (default ``shortterm:``)::
 
 Every change to a record runs as one Lua script, so its revision check (an older durable row
 never overwrites a newer one), its index updates and its totals are atomic with respect to
-every other process; a capture is one round trip, a batch of rows one pipeline. Floats are
-written by Python and only compared inside Lua, never re-formatted there, so timestamps keep
-full precision.
+every other process; a turn's capture is one round trip for all its scopes (user and server),
+a batch of rows one pipeline. Floats are written by Python and only compared (or joined as
+written) inside Lua, never re-formatted there, so timestamps keep full precision.
 
 **Two clocks.** The facade passes ``now`` from its (injectable) clock, and every expiry is an
 absolute time computed from it and stored in the record: messages live until ``crude_ttl_s``
@@ -43,8 +43,8 @@ be missed by other-channel recall. Run Redis with ``maxmemory-policy noeviction`
 Bounds: the entry and byte ceilings of the in-process tier do not apply; memory is bounded by
 the TTLs and by Redis's own ``maxmemory``. ``stats()`` is synchronous, so its ``entries`` and
 ``bytes`` are the shared totals as of this process's last write. A single Redis node (or a
-primary with replicas) is required: the scripts touch keys they compute, which Redis Cluster
-does not allow.
+primary with replicas) is required: the scripts touch keys they compute from the prefix (no
+``KEYS`` are declared and no hash tag groups them), which Redis Cluster does not allow.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ from .redis_codec import (
     key_of,
     lua_float,
     member,
+    message_json,
     messages_json,
     meta_json,
 )
@@ -356,46 +357,8 @@ class RedisCache:
         now: float,
         fence: WriteFence | None = None,
     ) -> bool:
-        d, vexp = self._durable(row) if row is not None else ("", "")
-        position, targets = "", "[]"
-        if fence is not None:
-            position = str(fence.position)
-            targets = dumps(
-                scope_targets(key, meta.server_id, meta.parent_channel_id, fence.triggerer)
-            )
-        for _attempt in range(3):
-            author_pairs = [[a, t] for a, t in author_targets(authors(messages)).items()]
-            args = [
-                self.prefix,
-                member(key),
-                self._owner_key(key.kind, key.owner_id),
-                self._channel_key(key.channel_id),
-                str(row.revision) if row is not None else "",
-                meta_json(row.meta if row is not None else meta),
-                d,
-                vexp,
-                messages_json(now, messages),
-                lua_float(now + self.crude_ttl_s) if messages else "",
-                authors_json(messages),
-                lua_float(now),
-                lua_float(now + self.crude_ttl_s),
-                self._margin_ms,
-                position,
-                targets,
-                dumps(author_pairs),
-            ]
-            reply = await self._call("capture", self._capture(args=args))
-            outcome = self._totals(reply)
-            if outcome == -2:  # purged authors: their messages go, the rest is tried again
-                gone = set(json.loads(reply[3]))
-                messages = tuple(m for m in messages if m.author_id not in gone)
-                continue
-            if outcome == -1:
-                self._counts["fenced"] += 1
-                return False
-            self._counts["stores"] += 1
-            return outcome == 1
-        return False  # purges kept landing during this capture: let them win
+        [outcome] = await self._capture_all([(key, messages, row)], meta, now, fence)
+        return outcome == 1
 
     async def capture_scopes(
         self,
@@ -408,10 +371,76 @@ class RedisCache:
         if step is not None:
             # Shared: every process reads this counter, so it is only ever the durable one.
             raise ValueError("a shared hot tier takes no deferred counter step")
-        applied = 0
+        if not scopes:
+            return 0
+        outcomes = await self._capture_all(scopes, meta, now, fence)
+        return sum(outcome == 1 for outcome in outcomes)
+
+    async def _capture_all(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]],
+        meta: ScopeMeta,
+        now: float,
+        fence: WriteFence | None,
+    ) -> list[int]:
+        """Every scope in one script call (one round trip): 1 written, 0 older than the
+        cached row, -1 refused by the fence, per scope in order."""
+        args = [
+            self.prefix,
+            lua_float(now),
+            lua_float(now + self.crude_ttl_s),
+            self._margin_ms,
+            "" if fence is None else str(fence.position),
+            dumps(now),
+            str(len(scopes)),
+        ]
         for key, messages, row in scopes:
-            applied += await self.capture(key, messages, meta, row, now, fence)
-        return applied
+            args += self._capture_args(key, messages, meta, row, fence)
+        reply = await self._call("capture", self._capture(args=args))
+        self._totals(reply)
+        outcomes = [int(outcome) for outcome in reply[3:]]
+        self._counts["fenced"] += outcomes.count(-1)
+        self._counts["stores"] += len(outcomes) - outcomes.count(-1)
+        return outcomes
+
+    def _capture_args(
+        self,
+        key: ScopeKey,
+        messages: tuple[Message, ...],
+        meta: ScopeMeta,
+        row: ScopeRow | None,
+        fence: WriteFence | None,
+    ) -> list[str]:
+        """One scope's part of the capture script's ARGV (its layout is in capture.lua).
+        Messages go one by one, each with its author's number, so the script can drop the
+        messages of an author purged meanwhile without re-encoding the rest."""
+        d, vexp = self._durable(row) if row is not None else ("", "")
+        targets = "[]"
+        if fence is not None:
+            targets = dumps(
+                scope_targets(key, meta.server_id, meta.parent_channel_id, fence.triggerer)
+            )
+        args = [
+            member(key),
+            self._owner_key(key.kind, key.owner_id),
+            self._channel_key(key.channel_id),
+            str(row.revision) if row is not None else "",
+            meta_json(row.meta if row is not None else meta),
+            d,
+            vexp,
+            targets,
+        ]
+        named = authors(messages)  # sorted, so the script's joined list is authors_json's
+        targets_of = author_targets(named)
+        number = {author: n for n, author in enumerate(named, 1)}
+        args.append(str(len(named)))
+        for author in named:
+            args += [author, dumps(author), targets_of[author]]
+        args.append(str(len(messages)))
+        for m in messages:
+            args.append(str(0 if m.author_id is None else number[m.author_id]))
+            args.append(message_json(m))
+        return args
 
     def _apply_args(self, row: ScopeRow, now: float, fence: WriteFence | None) -> list[str]:
         d, vexp = self._durable(row)
