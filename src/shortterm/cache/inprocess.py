@@ -482,18 +482,27 @@ class InProcessCache:
                 rec.expires_at = expires
                 pending.append((expires, next(seq), kt))
                 continue
-            if row.revision <= rec.revision:
-                continue
-            else:
-                entries.move_to_end(kt)
-            self._mirror(rec, row)
-            rec.touched_at = now
-            self._resize(rec)
-            rec.view = None
-            self._reschedule(kt, rec, pending)
+            if row.revision > rec.revision:
+                self._refresh(kt, rec, row, now, pending)
         self._push(pending)
         if kt is not None:
             self._enforce_bounds(kt)
+
+    def _refresh(
+        self,
+        kt: KeyTuple,
+        rec: _Record,
+        row: ScopeRow,
+        now: float,
+        pending: list[tuple[float, int, KeyTuple]],
+    ) -> None:
+        """Mirror a newer durable row into a cached record, keeping its messages."""
+        self._entries.move_to_end(kt)
+        self._mirror(rec, row)
+        rec.touched_at = now
+        self._resize(rec)
+        rec.view = None
+        self._reschedule(kt, rec, pending)
 
     def _push(self, pending: list[tuple[float, int, KeyTuple]]) -> None:
         heap = self._heap
@@ -517,14 +526,15 @@ class InProcessCache:
         pending: list[tuple[float, int, KeyTuple]] = []
         crude_ttl, summary_ttl = self.crude_ttl_s, self.summary_ttl_s
         record, empty = _Record, _Record._EMPTY
-        known: list[ScopeRow] = []
         added = 0
         kt: KeyTuple | None = None
         for r in rows:
             kind, owner, channel, persona = r[0], r[1], r[2], r[3]
             kt = (kind, owner, channel, persona)
-            if kt in entries:
-                known.append(hydration_scope_row(r))  # rare at open: the general path
+            rec = entries.get(kt)
+            if rec is not None:  # rare at open: the general path, in the rows' order
+                if r[15] > rec.revision:
+                    self._refresh(kt, rec, hydration_scope_row(r), now, pending)
                 continue
             parts = r[4:10]
             meta = metas.get(parts)
@@ -562,8 +572,6 @@ class InProcessCache:
         if len(metas) > 65536:
             metas.clear()  # only shares objects; a later batch simply builds them again
         self._push(pending)
-        if known:
-            self._apply(known, now, None)
         if kt is not None:
             self._enforce_bounds(kt)
 
