@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import shutil
-import sqlite3
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,9 @@ from shortterm.cache.inprocess import InProcessCache, _channel_keys
 from shortterm.memory.facade import Memory
 from shortterm.model.fence import WriteFence, channel_target, user_target
 from shortterm.model.rows import DistilledWrite, HydrationRow, ScopeMeta
+from shortterm.store.postgres import PostgresStore
 from shortterm.store.sqlite import SQLiteStore
-from tests.support import T0
+from tests.support import T0, drop_postgres_schema, service_url
 
 G = "g1"
 NOW = T0 + 600
@@ -31,22 +32,37 @@ def new_cache(max_entries: int = 10_000) -> InProcessCache:
     )
 
 
-async def write(store: SQLiteStore, key: ScopeKey, meta: ScopeMeta | None, **kw: Any) -> None:
+TupleStore = SQLiteStore | PostgresStore
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TupleStore]:
+    """A migrated store of a backend that hydrates as tuples, holding :func:`varied_rows`."""
+    opened: TupleStore
+    if request.param == "sqlite":
+        opened = SQLiteStore(tmp_path / "h.db")
+    else:
+        url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        opened = PostgresStore.from_url(url, schema=schema)
+    await opened.migrate()
+    await varied_rows(opened)
+    yield opened
+    await opened.close()
+    if request.param == "postgres":
+        await drop_postgres_schema(url, schema)
+
+
+async def write(store: TupleStore, key: ScopeKey, meta: ScopeMeta | None, **kw: Any) -> None:
     await store.write_distilled([(key, meta)], DistilledWrite(**kw), reset_counter=None, now=T0)
 
 
-async def varied_rows(store: SQLiteStore, path: Path) -> list[ScopeKey]:
+async def varied_rows(store: TupleStore) -> list[ScopeKey]:
     """Rows with every shape hydration meets: summary only, categories only, both, none live,
     user and server kinds, no persona, private, thread parents, lineage, later revisions."""
-    await store.migrate()
     keys = []
     for i in range(23):
-        channel, persona = f"c{i % 5}", (None if i % 4 == 0 else f"p{i % 3}")
-        key = (
-            ScopeKey.user(f"u{i % 3}", channel, persona)
-            if i % 2
-            else ScopeKey.server(G, channel, persona)
-        )
+        key = varied_key(i)
         meta = ScopeMeta(
             server_id=G if i % 6 else None,
             server_name="Guild" if i % 3 else None,
@@ -62,10 +78,32 @@ async def varied_rows(store: SQLiteStore, path: Path) -> list[ScopeKey]:
         if i % 5 == 0:
             await write(store, key, meta, summary=f"rewritten {i}", set_summary=True)
         keys.append(key)
-    with sqlite3.connect(path) as db:  # counters as turns would have stepped them
-        db.execute("UPDATE scopes SET turns_since_refresh = rowid % 7")
-    db.close()
+    stale = ScopeKey.server(G, "stale")  # written two days ago: nothing live, not loaded
+    change = DistilledWrite(summary="old", set_summary=True)
+    await store.write_distilled([(stale, None)], change, reset_counter=None, now=T0 - 172800)
+    await step_counters(store)
     return keys
+
+
+def varied_key(i: int) -> ScopeKey:
+    channel, persona = f"c{i % 5}", (None if i % 4 == 0 else f"p{i % 3}")
+    if i % 2:
+        return ScopeKey.user(f"u{i % 3}", channel, persona)
+    return ScopeKey.server(G, channel, persona)
+
+
+async def step_counters(store: TupleStore) -> None:
+    """Counters as turns would have stepped them."""
+    if isinstance(store, SQLiteStore):
+        store._db.execute("UPDATE scopes SET turns_since_refresh = rowid % 7")
+        store._db.commit()
+        return
+    async with store._conn("test update") as conn:
+        await conn.execute(f"UPDATE {store._t}scopes SET turns_since_refresh = id % 7")
+
+
+def all_keys() -> list[ScopeKey]:
+    return [varied_key(i) for i in range(23)]
 
 
 def snapshot(cache: InProcessCache) -> dict[str, Any]:
@@ -105,21 +143,20 @@ def snapshot(cache: InProcessCache) -> dict[str, Any]:
     }
 
 
-async def hydrate_rows(cache: InProcessCache, store: SQLiteStore, fence: WriteFence | None) -> None:
+async def hydrate_rows(cache: InProcessCache, store: TupleStore, fence: WriteFence | None) -> None:
     async for batch in store.iter_distilled(since=NOW - 86400, batch_rows=4):
         await cache.apply_rows(batch, NOW, fence)
 
 
 async def hydrate_tuples(
-    cache: InProcessCache, store: SQLiteStore, fence: WriteFence | None
+    cache: InProcessCache, store: TupleStore, fence: WriteFence | None
 ) -> None:
     async for plain in store.iter_hydration(since=NOW - 86400, batch_rows=4):
         await cache.apply_hydration(plain, NOW, fence)
 
 
-async def test_tuples_build_exactly_the_entries_rows_build(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "h.db")
-    keys = await varied_rows(store, tmp_path / "h.db")
+async def test_tuples_build_exactly_the_entries_rows_build(store: TupleStore) -> None:
+    keys = all_keys()
     by_rows, by_tuples = new_cache(), new_cache()
     await hydrate_rows(by_rows, store, None)
     await hydrate_tuples(by_tuples, store, None)
@@ -130,14 +167,12 @@ async def test_tuples_build_exactly_the_entries_rows_build(tmp_path: Path) -> No
     # And the views stay equal once values expire.
     for key in keys:
         assert await by_tuples.get(key, NOW + 86400) == await by_rows.get(key, NOW + 86400)
-    await store.close()
 
 
-async def test_tuples_meet_existing_records_as_rows_do(tmp_path: Path) -> None:
+async def test_tuples_meet_existing_records_as_rows_do(store: TupleStore) -> None:
     """A scope already cached (messages captured, an older or a newer revision mirrored) gets
     the same treatment from both paths: newer rows win, messages stay, older rows lose."""
-    store = SQLiteStore(tmp_path / "h.db")
-    keys = await varied_rows(store, tmp_path / "h.db")
+    keys = all_keys()
     caches = new_cache(), new_cache()
     for cache in caches:
         for i, key in enumerate(keys[::3]):
@@ -150,15 +185,12 @@ async def test_tuples_meet_existing_records_as_rows_do(tmp_path: Path) -> None:
     await hydrate_rows(caches[0], store, None)
     await hydrate_tuples(caches[1], store, None)
     assert snapshot(caches[1]) == snapshot(caches[0])
-    await store.close()
 
 
 @pytest.mark.parametrize("forget", ["channel", "user", "server_channel"])
 async def test_a_forget_recorded_before_the_load_is_fenced_alike(
-    tmp_path: Path, forget: str
+    store: TupleStore, forget: str
 ) -> None:
-    store = SQLiteStore(tmp_path / "h.db")
-    await varied_rows(store, tmp_path / "h.db")
     target = {
         "channel": [channel_target("c1")],
         "user": [user_target("u1")],
@@ -182,10 +214,9 @@ async def test_a_forget_recorded_before_the_load_is_fenced_alike(
     await later.record_forget(7, target, NOW)
     await hydrate_tuples(later, store, WriteFence(7))
     assert later.stats()["entries"] == await count_rows(store)
-    await store.close()
 
 
-async def count_rows(store: SQLiteStore) -> int:
+async def count_rows(store: TupleStore) -> int:
     return sum([len(b) async for b in store.iter_hydration(since=NOW - 86400, batch_rows=1000)])
 
 
@@ -225,7 +256,8 @@ async def test_a_forget_landing_while_hydrating_wins(tmp_path: Path) -> None:
     bring a forgotten scope back, and after the follower's catch-up none is left."""
     template = tmp_path / "template.db"
     seed = SQLiteStore(template)
-    await varied_rows(seed, template)
+    await seed.migrate()
+    await varied_rows(seed)
     await seed.close()
     rng = random.Random(17)
     for i in range(ROUNDS):
