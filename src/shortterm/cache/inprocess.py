@@ -570,7 +570,10 @@ class InProcessCache:
                 by_owner[(kind, owner)] = {kt}
             else:
                 keys.add(kt)
-            _add_channel(by_channel, channel, kt)
+            if channel in by_channel:
+                _add_channel(by_channel, channel, kt)
+            else:
+                by_channel[channel] = kt  # inline: most channels hold one scope
             added += size
             pending.append((expires, next(seq), kt))
         self._bytes += added
