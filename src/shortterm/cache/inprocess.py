@@ -38,6 +38,7 @@ Owner = tuple[str, str]
 _RECORD_BYTES = 700
 _MESSAGE_BYTES = 190
 _INF = float("inf")
+_AUTHOR_LIST_MAX = 1024  # records an author's index list may stand for before it is a set
 # Owners tracked for completeness, beyond one per cached entry: enough for a burst of new
 # users, without letting a flood of distinct owners grow memory past the tier's ceilings.
 _OWNER_SLACK = 1024
@@ -130,8 +131,10 @@ class InProcessCache:
         # bytes where a set's is ~50, and ten authors per entry made the sets the biggest
         # index. Complete all the same: every live record holding an author's message is in
         # that author's list. Stale keys are dropped when a list outgrows twice its live
-        # count (kept per author), and an author's list goes when its count reaches zero.
-        self._by_author: dict[str, list[KeyTuple]] = {}
+        # count (kept per author) plus 8, and an author's list goes when the count is zero.
+        # An author in more than _AUTHOR_LIST_MAX records (a bot's own id, say) gets an exact
+        # set instead, so no compaction ever scans more than a few thousand records at once.
+        self._by_author: dict[str, list[KeyTuple] | set[KeyTuple]] = {}
         self._author_live: dict[str, int] = {}
         self._heap: list[tuple[float, int, KeyTuple]] = []
         self._seq = itertools.count()
@@ -238,7 +241,7 @@ class InProcessCache:
         if rec.messages:
             for author in set(map(_author, rec.messages)):
                 if author is not None:
-                    self._unindex_author(author)
+                    self._unindex_author(author, kt)
         self._bytes -= rec.size
         self._counts[reason] += 1
         if reason == "evictions":
@@ -263,7 +266,7 @@ class InProcessCache:
         if authors != previous:
             for a in previous - authors:
                 if a is not None:
-                    self._unindex_author(a)
+                    self._unindex_author(a, kt)
             for a in authors - previous:
                 if a is not None:
                     self._index_author(a, kt)
@@ -274,24 +277,40 @@ class InProcessCache:
         keys = self._by_author.get(author)
         if keys is None:
             self._by_author[author] = [kt]
-            return
-        keys.append(kt)
-        if len(keys) > 2 * live + 8:
-            # Amortized: at least `live` stale keys were added since the last compaction.
-            entries = self._entries
-            keys[:] = [
-                k
-                for k in dict.fromkeys(keys)
-                if (r := entries.get(k)) is not None and author in map(_author, r.messages)
-            ]
-
-    def _unindex_author(self, author: str) -> None:
-        live = self._author_live[author] - 1
-        if live:
-            self._author_live[author] = live
+        elif type(keys) is set:
+            keys.add(kt)
         else:
+            keys.append(kt)  # type: ignore[union-attr]
+            if len(keys) > 2 * live + 8 or live > _AUTHOR_LIST_MAX:
+                # Amortized: at least `live` stale keys were added since the last compaction;
+                # and a list is never longer than 2 * _AUTHOR_LIST_MAX + 9 to scan.
+                fresh = self._holding(author, keys)
+                if live > _AUTHOR_LIST_MAX:
+                    self._by_author[author] = set(fresh)
+                else:
+                    keys[:] = fresh  # type: ignore[index]
+
+    def _holding(self, author: str, keys: list[KeyTuple] | set[KeyTuple]) -> list[KeyTuple]:
+        """The keys, once each, of the live records that hold a message of ``author``."""
+        entries = self._entries
+        return [
+            k
+            for k in dict.fromkeys(keys)
+            if (r := entries.get(k)) is not None and author in map(_author, r.messages)
+        ]
+
+    def _unindex_author(self, author: str, kt: KeyTuple) -> None:
+        live = self._author_live[author] - 1
+        if not live:
             del self._author_live[author]
-            del self._by_author[author]  # every key left in the list is stale
+            del self._by_author[author]  # every key left in it is stale
+            return
+        self._author_live[author] = live
+        keys = self._by_author[author]
+        if type(keys) is set:
+            keys.discard(kt)
+        elif len(keys) > 2 * live + 8:  # a list keeps stale keys until it outgrows this
+            keys[:] = self._holding(author, keys)  # type: ignore[index]
 
     def _resize(self, rec: _Record) -> None:
         size = _RECORD_BYTES + _MESSAGE_BYTES * len(rec.messages)
@@ -659,10 +678,8 @@ class InProcessCache:
 
     async def scrub_author(self, author_id: str, now: float) -> int:
         touched = 0
-        for kt in dict.fromkeys(self._by_author.get(author_id, ())):
-            rec = self._entries.get(kt)
-            if rec is None or author_id not in map(_author, rec.messages):
-                continue  # a stale key in the author's list
+        for kt in self._holding(author_id, self._by_author.get(author_id, [])):
+            rec = self._entries[kt]
             self._set_messages(kt, rec, tuple(m for m in rec.messages if m.author_id != author_id))
             rec.view = None
             self._reschedule(kt, rec)
