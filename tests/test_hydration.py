@@ -65,7 +65,7 @@ async def test_hydration_streams_in_bounded_batches(db_url: str, clock: FakeCloc
             await memory.set_summary(ScopeKey.server(G, f"c{i}"), f"summary {i}")
     seen: list[int] = []
     store = SQLiteStore(db_url.removeprefix("sqlite:///"))
-    original = store.iter_distilled
+    original = store.iter_hydration
 
     def spy(*, since: float, batch_rows: int):  # type: ignore[no-untyped-def]
         async def run():  # type: ignore[no-untyped-def]
@@ -75,7 +75,7 @@ async def test_hydration_streams_in_bounded_batches(db_url: str, clock: FakeCloc
 
         return run()
 
-    store.iter_distilled = spy  # type: ignore[method-assign]
+    store.iter_hydration = spy  # type: ignore[method-assign]
     async with shortterm.open(
         store=store, clock=clock, config=cfg(hydrate_batch_rows=50)
     ) as memory:

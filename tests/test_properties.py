@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import shortterm
 from shortterm import Message, Reply, ScopeKey
-from shortterm.cache.inprocess import InProcessCache
+from shortterm.cache.inprocess import InProcessCache, _channel_keys
 from shortterm.model import Entry
 from shortterm.model.text import clean_text, truncate
 from shortterm.store.base import DistilledWrite, ScopeMeta
@@ -94,11 +94,22 @@ class HotTierBounds(RuleBasedStateMachine):
         assert c._bytes == sum(r.size for r in c._entries.values())
         indexed = set().union(*c._by_owner.values()) if c._by_owner else set()
         assert indexed == set(c._entries)
-        by_channel = set().union(*c._by_channel.values()) if c._by_channel else set()
-        assert by_channel == set(c._entries)
+        by_channel = [kt for ch in c._by_channel for kt in _channel_keys(c._by_channel, ch)]
+        assert sorted(by_channel, key=repr) == sorted(c._entries, key=repr)  # each key once
+        assert all(kt[2] == ch for ch in c._by_channel for kt in _channel_keys(c._by_channel, ch))
+        # The author index may keep stale keys, but never misses one and stays bounded.
+        holders: dict[str, int] = {}
+        for kt, rec in c._entries.items():
+            for author in {m.author_id for m in rec.messages} - {None}:
+                assert kt in c._by_author[author]  # type: ignore[index]
+                holders[author] = holders.get(author, 0) + 1  # type: ignore[index]
+        assert c._author_live == holders
+        assert set(c._by_author) == set(holders)
         for author, kts in c._by_author.items():
-            for kt in kts:
-                assert any(m.author_id == author for m in c._entries[kt].messages)
+            if isinstance(kts, set):  # an author of many records: exact
+                assert len(kts) == holders[author]
+            else:
+                assert len(kts) <= 2 * holders[author] + 8
 
     def teardown(self) -> None:
         self.loop.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.fence import JOURNAL_RETENTION_S, WriteFence, scope_targets, user_target
+from ..model.rows import HydrationRow, hydration_scope_row
 
 __all__ = ["InProcessCache"]
 
@@ -30,10 +32,13 @@ KeyTuple = tuple[str, str, str, str | None]
 Owner = tuple[str, str]
 
 # Rough resident cost in bytes of a record and of one message beside its text; only the
-# relative size matters for the byte ceiling, and these track CPython within ~20%.
-_RECORD_BYTES = 600
-_MESSAGE_BYTES = 260
+# relative size matters for the byte ceiling, and these track CPython within ~20%. Measured
+# (bench.core.measure_memory, 10 messages of 300 characters): 5558 bytes an entry against
+# 5590 estimated; a hydrated record with a 980-character summary: 1800 against 1680.
+_RECORD_BYTES = 700
+_MESSAGE_BYTES = 190
 _INF = float("inf")
+_AUTHOR_LIST_MAX = 1024  # records an author's index list may stand for before it is a set
 # Owners tracked for completeness, beyond one per cached entry: enough for a burst of new
 # users, without letting a flood of distinct owners grow memory past the tier's ceilings.
 _OWNER_SLACK = 1024
@@ -45,10 +50,10 @@ class _Record:
     """One cached scope. Mutable and private: readers only ever see :class:`Entry` views."""
 
     __slots__ = (
+        "_key",
         "categories",
         "categories_at",
         "expires_at",
-        "key",
         "messages",
         "messages_at",
         "meta",
@@ -64,22 +69,44 @@ class _Record:
 
     _EMPTY: Mapping[str, str] = MappingProxyType({})
 
-    def __init__(self, key: ScopeKey, meta: ScopeMeta) -> None:
-        self.key = key
+    def __init__(
+        self,
+        key: ScopeKey | KeyTuple,
+        meta: ScopeMeta,
+        summary: str | None = None,
+        summary_at: float | None = None,
+        categories: Mapping[str, str] = _EMPTY,
+        categories_at: float | None = None,
+        turns: int = 0,
+        revision: int = 0,
+        touched_at: float = 0.0,
+        expires_at: float = 0.0,
+        size: int = _RECORD_BYTES,
+    ) -> None:
+        # Hydration passes the plain key tuple: the ScopeKey is built on the first view.
+        self._key = key
         self.meta = meta
         self.messages: tuple[Message, ...] = ()
         self.messages_at: float | None = None
-        self.summary: str | None = None
-        self.summary_at: float | None = None
-        self.categories: Mapping[str, str] = self._EMPTY
-        self.categories_at: float | None = None
-        self.turns = 0
-        self.revision = 0
-        self.touched_at = 0.0
-        self.expires_at = 0.0
-        self.size = _RECORD_BYTES
+        self.summary = summary
+        self.summary_at = summary_at
+        self.categories = categories
+        self.categories_at = categories_at
+        self.turns = turns
+        self.revision = revision
+        self.touched_at = touched_at
+        self.expires_at = expires_at
+        self.size = size
         self.view: Entry | None = None
         self.view_until = 0.0
+
+    @property
+    def key(self) -> ScopeKey:
+        key = self._key
+        if isinstance(key, ScopeKey):
+            return key
+        key = self._key = ScopeKey._unchecked(*key)  # type: ignore[arg-type]
+        return key
 
 
 class InProcessCache:
@@ -97,8 +124,18 @@ class InProcessCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[KeyTuple, _Record] = OrderedDict()
         self._by_owner: dict[Owner, set[KeyTuple]] = {}
-        self._by_channel: dict[str, set[KeyTuple]] = {}
-        self._by_author: dict[str, set[KeyTuple]] = {}
+        # A channel with one scope maps to its bare key tuple: a set of one costs ~200 bytes.
+        self._by_channel: dict[str, KeyTuple | set[KeyTuple]] = {}
+        # Author -> the keys of the records holding their messages, as a list that may also
+        # hold stale keys (a record dropped, or an author no longer in it): a list slot is 8
+        # bytes where a set's is ~50, and ten authors per entry made the sets the biggest
+        # index. Complete all the same: every live record holding an author's message is in
+        # that author's list. Stale keys are dropped when a list outgrows twice its live
+        # count (kept per author) plus 8, and an author's list goes when the count is zero.
+        # An author in more than _AUTHOR_LIST_MAX records (a bot's own id, say) gets an exact
+        # set instead, so no compaction ever scans more than a few thousand records at once.
+        self._by_author: dict[str, list[KeyTuple] | set[KeyTuple]] = {}
+        self._author_live: dict[str, int] = {}
         self._heap: list[tuple[float, int, KeyTuple]] = []
         self._seq = itertools.count()
         self._incomplete: set[Owner] = set()
@@ -116,6 +153,8 @@ class InProcessCache:
         self._tombs: dict[str, int] = {}
         self._tomb_log: deque[tuple[float, str, int]] = deque()
         self._tomb_head = 0
+        # Hydration shares one ScopeMeta per distinct value (a channel's scopes carry the same).
+        self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
 
     # -- views and expiry -----------------------------------------------------------------
 
@@ -198,16 +237,17 @@ class InProcessCache:
     def _insert(self, kt: KeyTuple, rec: _Record) -> None:
         self._entries[kt] = rec
         _add(self._by_owner, (kt[0], kt[1]), kt)
-        _add(self._by_channel, kt[2], kt)
+        _add_channel(self._by_channel, kt[2], kt)
         self._bytes += rec.size
 
     def _remove(self, kt: KeyTuple, reason: str) -> None:
         rec = self._entries.pop(kt)
         _discard(self._by_owner, (kt[0], kt[1]), kt)
-        _discard(self._by_channel, kt[2], kt)
-        for author in set(map(_author, rec.messages)):
-            if author is not None:
-                _discard(self._by_author, author, kt)
+        _discard_channel(self._by_channel, kt[2], kt)
+        if rec.messages:
+            for author in set(map(_author, rec.messages)):
+                if author is not None:
+                    self._unindex_author(author, kt)
         self._bytes -= rec.size
         self._counts[reason] += 1
         if reason == "evictions":
@@ -228,16 +268,55 @@ class InProcessCache:
         # per record would cost more memory than the index it serves.
         authors = set(map(_author, messages))
         previous = set(map(_author, rec.messages)) if rec.messages else set()
+        rec.messages = messages  # first: a compaction below checks the record's new messages
         if authors != previous:
-            index = self._by_author
             for a in previous - authors:
                 if a is not None:
-                    _discard(index, a, kt)
+                    self._unindex_author(a, kt)
             for a in authors - previous:
                 if a is not None:
-                    _add(index, a, kt)
-        rec.messages = messages
+                    self._index_author(a, kt)
         self._resize(rec)
+
+    def _index_author(self, author: str, kt: KeyTuple) -> None:
+        live = self._author_live[author] = self._author_live.get(author, 0) + 1
+        keys = self._by_author.get(author)
+        if keys is None:
+            self._by_author[author] = [kt]
+        elif type(keys) is set:
+            keys.add(kt)
+        else:
+            keys.append(kt)  # type: ignore[union-attr]
+            if len(keys) > 2 * live + 8 or live > _AUTHOR_LIST_MAX:
+                # Amortized: at least `live` stale keys were added since the last compaction;
+                # and a list is never longer than 2 * _AUTHOR_LIST_MAX + 9 to scan.
+                fresh = self._holding(author, keys)
+                if live > _AUTHOR_LIST_MAX:
+                    self._by_author[author] = set(fresh)
+                else:
+                    keys[:] = fresh  # type: ignore[index]
+
+    def _holding(self, author: str, keys: list[KeyTuple] | set[KeyTuple]) -> list[KeyTuple]:
+        """The keys, once each, of the live records that hold a message of ``author``."""
+        entries = self._entries
+        return [
+            k
+            for k in dict.fromkeys(keys)
+            if (r := entries.get(k)) is not None and author in map(_author, r.messages)
+        ]
+
+    def _unindex_author(self, author: str, kt: KeyTuple) -> None:
+        live = self._author_live[author] - 1
+        if not live:
+            del self._author_live[author]
+            del self._by_author[author]  # every key left in it is stale
+            return
+        self._author_live[author] = live
+        keys = self._by_author[author]
+        if type(keys) is set:
+            keys.discard(kt)
+        elif len(keys) > 2 * live + 8:  # a list keeps stale keys until it outgrows this
+            keys[:] = self._holding(author, keys)  # type: ignore[index]
 
     def _resize(self, rec: _Record) -> None:
         size = _RECORD_BYTES + _MESSAGE_BYTES * len(rec.messages)
@@ -392,6 +471,9 @@ class InProcessCache:
     async def apply_rows(
         self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
     ) -> None:
+        self._apply(rows, now, fence)
+
+    def _apply(self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None) -> None:
         if fence is not None and self._tomb_head > fence.position:
             rows = [
                 r
@@ -407,11 +489,10 @@ class InProcessCache:
             kt = row.key.astuple
             rec = entries.get(kt)
             if rec is None:
-                # The hydration path, a million times at open: everything inline.
                 rec = _Record(row.key, row.meta)
                 entries[kt] = rec
                 _add(by_owner, (kt[0], kt[1]), kt)
-                _add(by_channel, kt[2], kt)
+                _add_channel(by_channel, kt[2], kt)
                 summary, categories = row.summary, row.categories
                 rec.summary, rec.summary_at = summary, row.summary_at
                 rec.categories, rec.categories_at = categories, row.categories_at
@@ -430,15 +511,29 @@ class InProcessCache:
                 rec.expires_at = expires
                 pending.append((expires, next(seq), kt))
                 continue
-            if row.revision <= rec.revision:
-                continue
-            else:
-                entries.move_to_end(kt)
-            self._mirror(rec, row)
-            rec.touched_at = now
-            self._resize(rec)
-            rec.view = None
-            self._reschedule(kt, rec, pending)
+            if row.revision > rec.revision:
+                self._refresh(kt, rec, row, now, pending)
+        self._push(pending)
+        if kt is not None:
+            self._enforce_bounds(kt)
+
+    def _refresh(
+        self,
+        kt: KeyTuple,
+        rec: _Record,
+        row: ScopeRow,
+        now: float,
+        pending: list[tuple[float, int, KeyTuple]],
+    ) -> None:
+        """Mirror a newer durable row into a cached record, keeping its messages."""
+        self._entries.move_to_end(kt)
+        self._mirror(rec, row)
+        rec.touched_at = now
+        self._resize(rec)
+        rec.view = None
+        self._reschedule(kt, rec, pending)
+
+    def _push(self, pending: list[tuple[float, int, KeyTuple]]) -> None:
         heap = self._heap
         if len(pending) > len(heap):  # a first, big batch: one O(n) heapify beats n pushes
             heap.extend(pending)
@@ -446,8 +541,77 @@ class InProcessCache:
         else:
             for item in pending:
                 heapq.heappush(heap, item)
+
+    async def apply_hydration(
+        self, rows: Sequence[HydrationRow], now: float, fence: WriteFence | None = None
+    ) -> None:
+        """:meth:`apply_rows` for rows as plain tuples (model.rows.HydrationRow): the open's
+        bulk load, so a new scope costs one record, its key tuple and its index slots, with
+        no row, key or meta object built per row and thrown away."""
+        if fence is not None and self._tomb_head > fence.position:
+            rows = [r for r in rows if not self._covered_row(r, fence)]
+        entries, seq, metas = self._entries, self._seq, self._metas
+        by_owner, by_channel = self._by_owner, self._by_channel
+        pending: list[tuple[float, int, KeyTuple]] = []
+        crude_ttl, summary_ttl = self.crude_ttl_s, self.summary_ttl_s
+        record, empty, intern = _Record, _Record._EMPTY, sys.intern
+        added = 0
+        kt: KeyTuple | None = None
+        for r in rows:
+            # The cursor gives each row fresh copies of ids that repeat across many rows.
+            kind, owner = intern(r[0]), intern(r[1])
+            channel, persona = r[2], r[3] if r[3] is None else intern(r[3])
+            kt = (kind, owner, channel, persona)
+            rec = entries.get(kt)
+            if rec is not None:  # rare at open: the general path, in the rows' order
+                if r[15] > rec.revision:
+                    self._refresh(kt, rec, hydration_scope_row(r), now, pending)
+                continue
+            parts = r[4:10]
+            meta = metas.get(parts)
+            if meta is None:
+                meta = metas[parts] = ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9])
+            summary, summary_at, categories, categories_at = r[10], r[11], r[12], r[13]
+            # The expiry _reschedule would give: the latest live value, else a plain counter.
+            size = _RECORD_BYTES
+            expires = -_INF
+            if summary is not None:
+                size += len(summary)
+                if summary_at is not None:
+                    expires = summary_at + summary_ttl
+            if categories:
+                size += sum(len(k) + len(v) + 100 for k, v in categories.items())
+                if categories_at is not None and categories_at + summary_ttl > expires:
+                    expires = categories_at + summary_ttl
+            else:
+                categories = empty
+            if expires == -_INF:
+                expires = now + crude_ttl
+            entries[kt] = record(
+                kt, meta, summary, summary_at, categories, categories_at, r[14], r[15], now,
+                expires, size,
+            )  # fmt: skip
+            keys = by_owner.get((kind, owner))
+            if keys is None:
+                by_owner[(kind, owner)] = {kt}
+            else:
+                keys.add(kt)
+            if channel in by_channel:
+                _add_channel(by_channel, channel, kt)
+            else:
+                by_channel[channel] = kt  # inline: most channels hold one scope
+            added += size
+            pending.append((expires, next(seq), kt))
+        self._bytes += added
+        if len(metas) > 65536:
+            metas.clear()  # only shares objects; a later batch simply builds them again
+        self._push(pending)
         if kt is not None:
             self._enforce_bounds(kt)
+
+    def _covered_row(self, r: HydrationRow, fence: WriteFence) -> bool:
+        key = ScopeKey._unchecked(r[0], r[1], r[2], r[3])  # type: ignore[arg-type]
+        return self._covered(key, r[4], r[7], fence)
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
@@ -493,7 +657,7 @@ class InProcessCache:
         return True
 
     async def delete_channel(self, channel_id: str) -> int:
-        doomed = list(self._by_channel.get(channel_id, ()))
+        doomed = _channel_keys(self._by_channel, channel_id)
         for kt in doomed:
             self._remove(kt, "invalidations")
         return len(doomed)
@@ -523,13 +687,14 @@ class InProcessCache:
         return False
 
     async def scrub_author(self, author_id: str, now: float) -> int:
-        touched = list(self._by_author.get(author_id, ()))
-        for kt in touched:
+        touched = 0
+        for kt in self._holding(author_id, self._by_author.get(author_id, [])):
             rec = self._entries[kt]
             self._set_messages(kt, rec, tuple(m for m in rec.messages if m.author_id != author_id))
             rec.view = None
             self._reschedule(kt, rec)
-        return len(touched)
+            touched += 1
+        return touched
 
     async def sweep(self, now: float) -> int:
         heap, entries = self._heap, self._entries
@@ -551,6 +716,7 @@ class InProcessCache:
         self._complete = value
         self._owners_ok = value
         self._complete_owners.clear()
+        self._metas.clear()  # hydration is over
         if value:
             self._incomplete.clear()
 
@@ -565,6 +731,7 @@ class InProcessCache:
         self._by_owner.clear()
         self._by_channel.clear()
         self._by_author.clear()
+        self._author_live.clear()
         self._heap.clear()
         self._incomplete.clear()
         self._complete_owners.clear()
@@ -587,3 +754,38 @@ def _discard(
         keys.discard(kt)
         if not keys:
             del index[name]  # type: ignore[arg-type]
+
+
+def _add_channel(index: dict[str, KeyTuple | set[KeyTuple]], channel: str, kt: KeyTuple) -> None:
+    keys = index.get(channel)
+    if keys is None:
+        index[channel] = kt
+    elif type(keys) is tuple:
+        if keys != kt:
+            index[channel] = {keys, kt}
+    else:
+        keys.add(kt)  # type: ignore[union-attr]
+
+
+def _discard_channel(
+    index: dict[str, KeyTuple | set[KeyTuple]], channel: str, kt: KeyTuple
+) -> None:
+    keys = index.get(channel)
+    if keys is None:
+        return
+    if type(keys) is tuple:
+        if keys == kt:
+            del index[channel]
+        return
+    keys.discard(kt)  # type: ignore[union-attr]
+    if len(keys) == 1:
+        index[channel] = next(iter(keys))
+    elif not keys:
+        del index[channel]
+
+
+def _channel_keys(index: dict[str, KeyTuple | set[KeyTuple]], channel: str) -> list[KeyTuple]:
+    keys = index.get(channel)
+    if keys is None:
+        return []
+    return [keys] if type(keys) is tuple else list(keys)  # type: ignore[arg-type]

@@ -55,6 +55,7 @@ from ..model.fence import (
     server_channel_target,
     user_target,
 )
+from ..model.rows import HydrationSink, HydrationSource
 from ..model.text import clean_text, truncate
 from ..store.base import Store
 from ..tool.slug import slugify
@@ -138,12 +139,18 @@ class Memory:
         # the growing heap again and again for nothing, so it pauses until the load is done.
         collecting = gc.isenabled()
         gc.disable()
+        since, batch_rows = now - self.config.summary_ttl_s, self.config.hydrate_batch_rows
+        store, cache = self.store, self.cache
         try:
-            async for batch in self.store.iter_distilled(
-                since=now - self.config.summary_ttl_s, batch_rows=self.config.hydrate_batch_rows
-            ):
-                await self.cache.apply_rows(batch, now, fence)
-                rows += len(batch)
+            if isinstance(store, HydrationSource) and isinstance(cache, HydrationSink):
+                # Plain tuples from the cursor to the records: no row objects per row.
+                async for plain in store.iter_hydration(since=since, batch_rows=batch_rows):
+                    await cache.apply_hydration(plain, now, fence)
+                    rows += len(plain)
+            else:
+                async for batch in store.iter_distilled(since=since, batch_rows=batch_rows):
+                    await cache.apply_rows(batch, now, fence)
+                    rows += len(batch)
         finally:
             if collecting:
                 gc.enable()

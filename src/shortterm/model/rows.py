@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .keys import (
     ScopeKey,
 )
+
+if TYPE_CHECKING:
+    from .fence import WriteFence
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +85,60 @@ def merge_categories(current: Mapping[str, str], change: DistilledWrite) -> dict
         else:
             merged[slug] = value
     return merged
+
+
+# A durable row as hydration streams it: plain column values in this order, no objects per
+# row. The store yields these straight from its cursor and the hot tier builds its records
+# from them, so the million rows of an open cost no ScopeRow, ScopeKey or ScopeMeta each
+# (store and hot tier share a layer and may not import each other: the layout lives here).
+HydrationRow = tuple[
+    str,  # 0 kind
+    str,  # 1 owner_id
+    str,  # 2 channel_id
+    str | None,  # 3 persona_id
+    str | None,  # 4 server_id
+    str | None,  # 5 server_name
+    str | None,  # 6 channel_name
+    str | None,  # 7 parent_channel_id
+    int,  # 8 private (0/1, truthy)
+    str | None,  # 9 persona_lineage_id
+    str | None,  # 10 summary
+    float | None,  # 11 summary_at
+    Mapping[str, str] | None,  # 12 categories (None: none)
+    float | None,  # 13 categories_at
+    int,  # 14 turns_since_refresh
+    int,  # 15 revision
+]
+
+
+def hydration_scope_row(r: HydrationRow) -> ScopeRow:
+    """The ScopeRow a hydration tuple stands for (the slow path: tiers without a tuple path)."""
+    return ScopeRow(
+        ScopeKey._unchecked(r[0], r[1], r[2], r[3]),  # type: ignore[arg-type]
+        ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
+        r[10],
+        r[11],
+        r[12] if r[12] is not None else {},
+        r[13],
+        r[14],
+        0,
+        r[15],
+    )
+
+
+@runtime_checkable
+class HydrationSource(Protocol):
+    """A store that can stream hydration as :data:`HydrationRow` tuples."""
+
+    def iter_hydration(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[HydrationRow]]: ...
+
+
+@runtime_checkable
+class HydrationSink(Protocol):
+    """A hot tier that can build its entries straight from :data:`HydrationRow` tuples."""
+
+    async def apply_hydration(
+        self, rows: Sequence[HydrationRow], now: float, fence: WriteFence | None = None
+    ) -> None: ...

@@ -21,7 +21,7 @@ from ...model import fence as fencing
 from ...model import urls
 from ...model.errors import ConfigError, StoreUnavailable
 from ...model.keys import Privacy, ScopeKey, ScopeKind
-from ...model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ...model.settings import ServerSettings, UserSettings
 from ..base import JOURNAL_RETENTION_S, Forgotten
 from ..sql_common import SCOPE_COLS, key_args, user_settings
@@ -402,6 +402,31 @@ class PostgresStore:
         )
         async for batch in self._pages("hydration read", page_sql, (since, since), batch_rows):
             yield batch
+
+    async def iter_hydration(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[HydrationRow]]:
+        """:meth:`iter_distilled` as plain :data:`HydrationRow` tuples (model.rows): the
+        columns in that order, an empty category map as NULL, the page's id cut off."""
+        page_sql = (
+            "SELECT id, kind, owner_id, channel_id, persona_id, server_id, server_name, "
+            "channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at, "
+            "NULLIF(categories, '{}'::jsonb), categories_at, turns_since_refresh, revision "
+            f"FROM {self._t}scopes WHERE id > %s AND "
+            "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
+            "ORDER BY id LIMIT %s"
+        )
+        last = 0
+        while True:
+            async with self._conn("hydration read") as conn:
+                cur = await conn.execute(page_sql, (last, since, since, batch_rows))
+                rows = await cur.fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [r[1:] for r in rows]
+            if len(rows) < batch_rows:
+                return
 
     async def _pages(
         self, what: str, page_sql: str, args: tuple[Any, ...], batch_rows: int

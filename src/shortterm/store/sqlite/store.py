@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 from ...model import fence as fencing
 from ...model.errors import ConfigError, StoreUnavailable
 from ...model.keys import Privacy, ScopeKey, ScopeKind
-from ...model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, merge_categories
+from ...model.rows import (
+    DistilledWrite,
+    HydrationRow,
+    ScopeMeta,
+    ScopeRow,
+    ServerSummary,
+    merge_categories,
+)
 from ...model.settings import ServerSettings, UserSettings
 from .. import migrations
 from ..base import JOURNAL_RETENTION_S, Forgotten
@@ -32,8 +39,10 @@ from . import journal, sql
 from . import settings as settings_sql
 from .url import parse_url
 from .values import (
+    HYDRATION_SELECT,
     TARGET_NAMES,
-    hydration_row,
+    hydration_rows,
+    hydration_scope_rows,
     padded_targets,
     put_row_params,
     scope_params,
@@ -322,21 +331,23 @@ class SQLiteStore:
     async def iter_distilled(
         self, *, since: float, batch_rows: int
     ) -> AsyncIterator[list[ScopeRow]]:
-        cursor = self._guard(
-            "hydration query",
-            lambda: self._db.execute(
-                f"SELECT {SCOPE_COLS} FROM scopes WHERE (summary IS NOT NULL AND summary_at > ?) "
-                "OR categories_at > ?",
-                (since, since),
-            ),
-        )
         metas: dict[tuple[Any, ...], ScopeMeta] = {}
+        async for batch in self.iter_hydration(since=since, batch_rows=batch_rows):
+            yield hydration_scope_rows(batch, metas)
+
+    async def iter_hydration(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[HydrationRow]]:
+        """:meth:`iter_distilled` as plain :data:`HydrationRow` tuples (model.rows)."""
+        cursor = self._guard(
+            "hydration query", lambda: self._db.execute(HYDRATION_SELECT, (since, since))
+        )
         try:
             while True:
                 rows = self._guard("hydration read", lambda: cursor.fetchmany(batch_rows))
                 if not rows:
                     return
-                yield [hydration_row(r, metas) for r in rows]
+                yield hydration_rows(rows)
                 await asyncio.sleep(0)  # let the loop breathe between batches
         finally:
             cursor.close()

@@ -1,7 +1,7 @@
 """Scope rows from SQLite columns and parameters from rows: JSON text, 0/1 flags.
 
-:func:`scope_row` runs once per row read (a million at hydration), so it builds positionally
-and calls nothing it does not need."""
+:func:`scope_row` builds positionally and calls nothing it does not need; hydration (a million
+rows at open) builds no row objects at all: :func:`hydration_rows`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from ...model import ScopeKey, ScopeMeta, ScopeRow
 from ...model.fence import scope_targets
+from ...model.rows import HydrationRow
 from ..sql_common import put_params
 from .sql import MAX_TARGETS
 
@@ -37,16 +38,53 @@ def scope_row(
     )
 
 
-def hydration_row(r: Sequence[Any], metas: dict[tuple[Any, ...], ScopeMeta]) -> ScopeRow:
-    """:func:`scope_row` sharing one ScopeMeta per distinct value: the scopes of one channel (its
-    users and personas) carry the same, so a million rows need far fewer objects."""
-    parts = (r[4], r[5], r[6], r[7], bool(r[8]), r[9])
-    meta = metas.get(parts)
-    if meta is None:
-        if len(metas) > 65536:
-            metas.clear()
-        meta = metas[parts] = ScopeMeta(*parts)
-    return scope_row(r, meta=meta)
+# Hydration reads its columns in the order of model.rows.HydrationRow, so the cursor's own
+# tuples are the rows; "{}" comes back as NULL, so only a row with categories needs Python.
+HYDRATION_SELECT = (
+    "SELECT kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, summary, summary_at, "
+    "NULLIF(categories, '{}'), categories_at, turns_since_refresh, revision FROM scopes "
+    "WHERE (summary IS NOT NULL AND summary_at > ?) OR categories_at > ?"
+)
+
+
+def hydration_rows(rows: list[Any]) -> list[HydrationRow]:
+    """A fetched batch as hydration tuples: rows without categories pass through untouched."""
+    return [r if r[12] is None else _with_categories(r) for r in rows]
+
+
+def _with_categories(r: Sequence[Any]) -> HydrationRow:
+    return (*r[:12], json.loads(r[12]), *r[13:])
+
+
+def hydration_scope_rows(
+    rows: Sequence[HydrationRow], metas: dict[tuple[Any, ...], ScopeMeta]
+) -> list[ScopeRow]:
+    """Hydration tuples as ScopeRows, for a hot tier without a tuple path. One ScopeMeta is
+    shared per distinct value: the scopes of one channel (its users and personas) carry the
+    same, so a million rows need far fewer objects."""
+    out = []
+    for r in rows:
+        parts = r[4:10]
+        meta = metas.get(parts)
+        if meta is None:
+            if len(metas) > 65536:
+                metas.clear()
+            meta = metas[parts] = ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9])
+        out.append(
+            ScopeRow(
+                ScopeKey._unchecked(r[0], r[1], r[2], r[3]),  # type: ignore[arg-type]
+                meta,
+                r[10],
+                r[11],
+                r[12] if r[12] is not None else _NO_CATEGORIES,
+                r[13],
+                r[14],
+                0,
+                r[15],
+            )
+        )
+    return out
 
 
 def scope_params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
