@@ -123,7 +123,9 @@ class InProcessCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._entries: OrderedDict[KeyTuple, _Record] = OrderedDict()
-        self._by_owner: dict[Owner, set[KeyTuple]] = {}
+        # Owner → its records (not just keys): the read path walks an owner's records on every
+        # turn, and a key lookup per record would hash each key tuple again.
+        self._by_owner: dict[Owner, dict[KeyTuple, _Record]] = {}
         # A channel with one scope maps to its bare key tuple: a set of one costs ~200 bytes.
         self._by_channel: dict[str, KeyTuple | set[KeyTuple]] = {}
         # Author -> the keys of the records holding their messages, as a list that may also
@@ -236,13 +238,13 @@ class InProcessCache:
 
     def _insert(self, kt: KeyTuple, rec: _Record) -> None:
         self._entries[kt] = rec
-        _add(self._by_owner, (kt[0], kt[1]), kt)
+        _add_owner(self._by_owner, kt, rec)
         _add_channel(self._by_channel, kt[2], kt)
         self._bytes += rec.size
 
     def _remove(self, kt: KeyTuple, reason: str) -> None:
         rec = self._entries.pop(kt)
-        _discard(self._by_owner, (kt[0], kt[1]), kt)
+        _discard_owner(self._by_owner, kt)
         _discard_channel(self._by_channel, kt[2], kt)
         if rec.messages:
             for author in set(map(_author, rec.messages)):
@@ -491,7 +493,7 @@ class InProcessCache:
             if rec is None:
                 rec = _Record(row.key, row.meta)
                 entries[kt] = rec
-                _add(by_owner, (kt[0], kt[1]), kt)
+                _add_owner(by_owner, kt, rec)
                 _add_channel(by_channel, kt[2], kt)
                 summary, categories = row.summary, row.categories
                 rec.summary, rec.summary_at = summary, row.summary_at
@@ -587,15 +589,15 @@ class InProcessCache:
                 categories = empty
             if expires == -_INF:
                 expires = now + crude_ttl
-            entries[kt] = record(
+            rec = entries[kt] = record(
                 kt, meta, summary, summary_at, categories, categories_at, r[14], r[15], now,
                 expires, size,
             )  # fmt: skip
-            keys = by_owner.get((kind, owner))
-            if keys is None:
-                by_owner[(kind, owner)] = {kt}
+            held = by_owner.get((kind, owner))
+            if held is None:
+                by_owner[(kind, owner)] = {kt: rec}
             else:
-                keys.add(kt)
+                held[kt] = rec
             if channel in by_channel:
                 _add_channel(by_channel, channel, kt)
             else:
@@ -619,9 +621,8 @@ class InProcessCache:
         owner = (kind, owner_id)
         out: list[Entry] = []
         expired: list[KeyTuple] = []
-        entries = self._entries
-        for kt in self._by_owner.get(owner, ()):
-            rec = entries[kt]
+        held = self._by_owner.get(owner)
+        for kt, rec in held.items() if held is not None else ():
             view = rec.view
             if view is None or now >= rec.view_until:
                 view = self._view(rec, now)  # changed or partly expired since last read
@@ -738,22 +739,21 @@ class InProcessCache:
         self._bytes = 0
 
 
-def _add(index: dict[Any, set[KeyTuple]], name: Any, kt: KeyTuple) -> None:
-    keys = index.get(name)
-    if keys is None:
-        index[name] = {kt}
+def _add_owner(index: dict[Owner, dict[KeyTuple, _Record]], kt: KeyTuple, rec: _Record) -> None:
+    held = index.get((kt[0], kt[1]))
+    if held is None:
+        index[(kt[0], kt[1])] = {kt: rec}
     else:
-        keys.add(kt)
+        held[kt] = rec
 
 
-def _discard(
-    index: dict[str, set[KeyTuple]] | dict[Owner, set[KeyTuple]], name: object, kt: KeyTuple
-) -> None:
-    keys = index.get(name)  # type: ignore[call-overload]
-    if keys is not None:
-        keys.discard(kt)
-        if not keys:
-            del index[name]  # type: ignore[arg-type]
+def _discard_owner(index: dict[Owner, dict[KeyTuple, _Record]], kt: KeyTuple) -> None:
+    owner = (kt[0], kt[1])
+    held = index.get(owner)
+    if held is not None:
+        held.pop(kt, None)
+        if not held:
+            del index[owner]
 
 
 def _add_channel(index: dict[str, KeyTuple | set[KeyTuple]], channel: str, kt: KeyTuple) -> None:
