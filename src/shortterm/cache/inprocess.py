@@ -285,6 +285,14 @@ class InProcessCache:
         rec = self._entries.get(key.astuple)
         return None if rec is None or now >= rec.expires_at else rec.turns
 
+    def holds(self, key: ScopeKey, now: float) -> bool:
+        """Whether this tier mirrors the durable state of ``key`` (its record is live, or the
+        tier is complete): a capture may then defer its durable part (a write-behind)."""
+        if self._complete:
+            return True
+        rec = self._entries.get(key.astuple)
+        return rec is not None and now < rec.expires_at
+
     async def capture(
         self,
         key: ScopeKey,

@@ -25,7 +25,7 @@ from ...model.keys import Privacy, ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, merge_categories
 from ...model.settings import ServerSettings, UserSettings
 from .. import migrations
-from ..base import JOURNAL_RETENTION_S, Forgotten
+from ..base import JOURNAL_RETENTION_S, BufferedTouch, Forgotten
 from ..sql_common import SCOPE_COLS, key_args, user_settings
 from ..wal_watch import WalWatch
 from . import journal, sql
@@ -45,6 +45,28 @@ __all__ = ["SQLiteStore"]
 log = logging.getLogger("shortterm")
 
 T = TypeVar("T")
+
+
+def _args(touches: Sequence[BufferedTouch]) -> list[Any]:
+    """The parameters of :data:`sql.TOUCH` rows, each with its own counter step."""
+    args: list[Any] = []
+    for key, m, steps, _fence, now in touches:
+        args += (
+            key.kind,
+            key.owner_id,
+            key.channel_id,
+            key.persona_id,
+            m.server_id,
+            m.server_name,
+            m.channel_name,
+            m.parent_channel_id,
+            int(m.private),
+            m.persona_lineage_id,
+            steps,
+            now,
+            now,
+        )
+    return args
 
 
 class SQLiteStore:
@@ -192,6 +214,33 @@ class SQLiteStore:
         if not scopes:
             return []
         return self._guard("capture upsert", run)
+
+    async def touch_batch(self, touches: Sequence[BufferedTouch]) -> list[ScopeRow]:
+        """A write-behind's flush: every buffered touch in one transaction (one commit, one
+        WAL append). Returns the rows written, in no promised order."""
+
+        def run() -> list[ScopeRow]:
+            with self._tx() as db:
+                # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one
+                # read of the journal's end tells which touches no forget can cover (the
+                # sequence table keeps the largest number ever issued, even after pruning).
+                found = db.execute(sql.JOURNAL_END).fetchone()
+                head = int(found[0]) if found else 0
+                kept = [
+                    t
+                    for t in touches
+                    if t.fence.position >= head or not journal.fenced(db, t.key, t.meta, t.fence)
+                ]
+                rows: list[ScopeRow] = []
+                for start in range(0, len(kept), sql.BATCH_TOUCH_ROWS):
+                    chunk = kept[start : start + sql.BATCH_TOUCH_ROWS]
+                    found = db.execute(sql.touch_rows(len(chunk)), _args(chunk))
+                    rows.extend(map(scope_row, found))
+                return rows
+
+        if not touches:
+            return []
+        return self._guard("write-behind flush", run)
 
     async def write_distilled(
         self,
