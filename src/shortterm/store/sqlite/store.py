@@ -559,8 +559,8 @@ class SQLiteStore:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._wal.close()
             self._db.close()
+            self._wal.close()  # after: closing its descriptor drops the process's locks
 
     def checkpoint(self) -> None:
         """Fold the WAL into the main file and truncate it (tests and backups)."""
