@@ -9,8 +9,9 @@ read, and on close.
 
 What a crash can lose: the counter steps and scope-row ensures of at most one window. Never an
 acknowledged write (those flush first and are awaited), never a forget: each buffered touch
-keeps the fence of the oldest capture it coalesces, and the flush refuses a touch a later forget
-covers, atomically with the write (see ``BatchTouch.touch_batch``).
+keeps its captures' fence (captures are coalesced only at the same journal position), and the
+flush refuses a touch a later forget covers, atomically with the write (see
+``BatchTouch.touch_batch``).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class WriteBehind:
         self._memory = memory
         self._window_s = window_s
         self._max_turns = max_turns
-        # Keyed by everything a touch's fence targets depend on (scope, triggerer, server,
-        # thread parent), so a coalesced touch is fenced exactly as each capture would be.
+        # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
+        # parent, position), so a coalesced touch is fenced exactly as each of its captures
+        # would be: a forget refuses the captures it covers and none that began after it.
         self._pending: dict[tuple[Any, ...], _Pending] = {}
         self._steps: dict[KeyTuple, int] = {}  # pending counter steps per scope
         self._turns = 0
@@ -104,7 +106,7 @@ class WriteBehind:
         for key in keys:
             kt = key.astuple
             step = int(kt == live)
-            slot = (kt, triggerer, meta.server_id, meta.parent_channel_id)
+            slot = (kt, triggerer, meta.server_id, meta.parent_channel_id, fence.position)
             p = self._pending.get(slot)
             if p is None:
                 self._pending[slot] = _Pending(key, meta, step, fence, now)
@@ -116,8 +118,6 @@ class WriteBehind:
                     if p.meta.private and not meta.private
                     else meta
                 )
-                if fence.position < p.fence.position:
-                    p.fence = fence  # the oldest position: a forget after any capture wins
                 p.now = max(p.now, now)
             if step:
                 self._steps[kt] = self._steps.get(kt, 0) + 1

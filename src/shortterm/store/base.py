@@ -41,8 +41,9 @@ class Forgotten(NamedTuple):
 
 class BufferedTouch(NamedTuple):
     """Captures of one scope, coalesced by a write-behind: ensure the row with ``meta`` and
-    add ``steps`` to its counter. ``fence`` is that of the *oldest* capture coalesced, so a
-    forget journaled after any of them refuses the whole touch; ``now`` is the newest."""
+    add ``steps`` to its counter. Only captures with the same ``fence`` (position and
+    triggerer) are coalesced, so the touch is refused exactly when each of them would be;
+    ``now`` is the newest."""
 
     key: ScopeKey
     meta: ScopeMeta

@@ -1,0 +1,108 @@
+"""A capture's cost on the embedded default (SQLite + in-process), write-behind off and on.
+
+Each configuration captures the same chat-day turns (``shortterm.bench.core.Workload``) into a
+fresh SQLite file under a complete in-process hot tier, as the core benchmark does, and the
+floor (dict + deque) does the same work in the same process. Reported per capture: median,
+p99 and mean in µs; with the write-behind, also the amortized mean, which adds the final
+flush (``memory.close``) to the captures' time. Flushes run inside the timed captures that
+reach ``write_behind_turns`` (the loop never idles here, so the timer never fires): their
+cost is in the mean, not hidden. Configurations alternate over ``--rounds`` rounds (the best
+round of each is shown), so a noisy machine slows them alike.
+
+    PYTHONPATH=src python benchmarks/bench_write_behind.py [--turns 20000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from shortterm.bench.core import T0, Floor, Workload
+from shortterm.cache.inprocess import InProcessCache
+from shortterm.memory.facade import Memory
+from shortterm.model import Message
+from shortterm.model.config import Config
+from shortterm.store.sqlite import SQLiteStore
+
+
+async def one_run(tmp: Path, tag: str, turns: int, window_ms: int) -> tuple[list[int], int]:
+    """Per-capture ns, and the ns of the closing flush."""
+    cfg = Config(sweep_interval_s=0, write_behind_ms=window_ms)
+    cache = InProcessCache(
+        crude_ttl_s=cfg.crude_ttl_s,
+        summary_ttl_s=cfg.summary_ttl_s,
+        max_entries=cfg.max_entries,
+        max_bytes=cfg.max_bytes,
+    )
+    store = SQLiteStore(tmp / f"wb-{tag}.db")
+    await store.migrate()
+    memory = Memory(store=store, cache=cache, config=cfg, clock=lambda: T0)
+    cache.set_complete(True)  # as after a full hydration, as in the core benchmark
+    work = Workload()
+    samples: list[int] = []
+    for _ in range(turns):
+        t = work.turn()
+        history, reply = work.history(t["user_id"], T0), work.reply(t["persona_id"])
+        turn = memory.turn(**t)
+        start = time.perf_counter_ns()
+        await turn.capture(history=history, replies=[reply])
+        samples.append(time.perf_counter_ns() - start)
+    start = time.perf_counter_ns()
+    if memory.write_behind is not None:
+        await memory.write_behind.close()
+    closing = time.perf_counter_ns() - start
+    stats = memory.stats()
+    await memory.close()
+    assert stats["lost_counter_steps"] == 0
+    return samples, closing
+
+
+def floor_run(turns: int) -> list[int]:
+    floor, work, samples = Floor(), Workload(), []
+    for _ in range(turns):
+        t = work.turn()
+        said = [*work.history(t["user_id"], T0), Message("assistant", work.filler[:300], at=T0)]
+        start = time.perf_counter_ns()
+        floor.capture(t, said)
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def line(name: str, samples: list[int], extra_ns: int = 0) -> str:
+    xs = sorted(samples)
+    median = statistics.median(xs) / 1000
+    p99 = xs[int(len(xs) * 0.99)] / 1000
+    mean = statistics.fmean(xs) / 1000
+    amortized = (sum(xs) + extra_ns) / len(xs) / 1000
+    return f"| {name} | {median:.2f} | {p99:.2f} | {mean:.2f} | {amortized:.2f} |"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    best: dict[str, tuple[list[int], int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for name, window in (("write-behind off (0 ms)", 0), ("write-behind on (50 ms)", 50)):
+                samples, closing = await one_run(Path(tmp), f"{r}-{window}", args.turns, window)
+                if name not in best or statistics.fmean(samples) < statistics.fmean(best[name][0]):
+                    best[name] = (samples, closing)
+            floor = floor_run(args.turns)
+            if "floor" not in best or statistics.fmean(floor) < statistics.fmean(best["floor"][0]):
+                best["floor"] = (floor, 0)
+    print(f"{args.turns} captures per configuration, best of {args.rounds} rounds")
+    print("| capture | median µs | p99 µs | mean µs | amortized mean µs |")
+    print("|---|---:|---:|---:|---:|")
+    for name in ("floor", "write-behind off (0 ms)", "write-behind on (50 ms)"):
+        samples, closing = best[name]
+        print(line(name, samples, closing))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
