@@ -286,10 +286,10 @@ class InProcessCache:
         return None if rec is None or now >= rec.expires_at else rec.turns
 
     def holds(self, key: ScopeKey, now: float) -> bool:
-        """Whether this tier mirrors the durable state of ``key`` (its record is live, or the
-        tier is complete): a capture may then defer its durable part (a write-behind)."""
-        if self._complete:
-            return True
+        """Whether this tier has mirrored the durable row of ``key`` and still holds it (a
+        live record): a capture may then defer its durable part (a write-behind). Not for
+        a missing record even on a complete tier: another process may have written the row
+        since (its sticky private flag must be mirrored before this tier serves the entry)."""
         rec = self._entries.get(key.astuple)
         return rec is not None and now < rec.expires_at
 
