@@ -232,3 +232,22 @@ async def test_a_flush_refuses_what_a_later_forget_covers(
     await capture(memory)  # a capture that began after the forget is new data
     await memory.flush()
     assert counter(db) == 1
+
+
+async def test_a_flush_mirrors_the_rows_when_another_process_wrote(db: Path) -> None:
+    """Two memories on one file are two connections, as two processes would be: the steps
+    the other one made reach this hot tier at this one's next flush."""
+    url = f"sqlite:///{db}"
+    async with (
+        shortterm.open(store=url, config=CONFIG) as a,
+        shortterm.open(store=url, config=CONFIG) as b,
+    ):
+        await capture(a)  # cold: written through (durable 1)
+        await capture(a)  # buffered
+        await a.flush()  # nobody else wrote: nothing to mirror
+        await capture(b)  # b's first: written through (durable 3)
+        await capture(a)  # buffered (a's hot counter: 3)
+        await a.flush()  # b committed since: the rows come back and are mirrored
+        entry = await a.get(LIVE)
+        assert entry is not None and entry.turns_since_refresh == 4
+        assert counter(db) == 4

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..model import ScopeKey, ScopeMeta, ScopeRow
 from ..model.errors import StoreUnavailable
 from ..model.fence import WriteFence
-from ..store.base import BatchTouch, BufferedTouch
+from ..store.base import BatchTouch, BufferedTouch, TouchedBatch
 
 if TYPE_CHECKING:
     from .facade import Memory
@@ -149,8 +149,8 @@ class WriteBehind:
 
     async def flush(self) -> None:
         """Commit every buffered touch in one transaction, then mirror the rows in the hot
-        tier. A failure is counted and logged, never raised: those steps were never
-        acknowledged, and nothing else is lost."""
+        tier when another process wrote meanwhile. A failure is counted and logged, never
+        raised: those steps were never acknowledged, and nothing else is lost."""
         if not self._pending:
             return  # the usual case before an acknowledged write: nothing to wait for
         async with self._lock:
@@ -169,7 +169,7 @@ class WriteBehind:
             ]
             store: Any = m.store  # a BatchTouch, checked by ``applies``
             try:
-                rows: list[ScopeRow] = await store.touch_batch(touches)
+                done: TouchedBatch = await store.touch_batch(touches)
             except StoreUnavailable as exc:
                 lost = sum(steps.values())
                 self.lost_steps += lost
@@ -183,10 +183,11 @@ class WriteBehind:
                 return
             m.health.ok()
             self.flushes += 1
-            if len(rows) < len(touches):
-                m.health.count("fenced_writes", len(touches) - len(rows))
-            if rows:
-                await m.cache.apply_rows(self.with_pending(rows), m.clock(), fence)
+            if done.written < len(touches):
+                m.health.count("fenced_writes", len(touches) - done.written)
+            if done.rows:
+                # Another process wrote meanwhile: its counter steps and sticky flags too.
+                await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
 
     async def close(self) -> None:
         """Flush what is buffered and wait for a flush in progress."""

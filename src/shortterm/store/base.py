@@ -28,6 +28,7 @@ __all__ = [
     "ScopeRow",
     "ServerSummary",
     "Store",
+    "TouchedBatch",
 ]
 
 
@@ -52,16 +53,25 @@ class BufferedTouch(NamedTuple):
     now: float
 
 
+class TouchedBatch(NamedTuple):
+    """What a batch touch did: how many touches it wrote (the others were fenced), and the
+    rows as stored, for the hot tier to mirror — empty when the store knows that nobody else
+    wrote since its previous batch, so the rows are what this process expects."""
+
+    written: int
+    rows: list[ScopeRow]
+
+
 @runtime_checkable
 class BatchTouch(Protocol):
     """An optional capability: a store that can apply many buffered touches at once (SQLite,
     whose every statement costs the process's one thread). Only such a store gets a
     write-behind; the others keep one awaited :meth:`Store.touch` per capture."""
 
-    async def touch_batch(self, touches: Sequence[BufferedTouch]) -> list[ScopeRow]:
+    async def touch_batch(self, touches: Sequence[BufferedTouch]) -> TouchedBatch:
         """Apply every touch in one transaction, each fenced as :meth:`Store.touch` fences
         (a touch covered by a forget journaled after its ``fence.position`` is left out,
-        checked atomically with the write). Returns the rows written, in order."""
+        checked atomically with the write)."""
 
 
 class Store(Protocol):

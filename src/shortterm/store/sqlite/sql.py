@@ -68,8 +68,13 @@ BATCH_TOUCH_ROWS = 200
 
 
 @functools.cache
-def touch_rows(n: int) -> str:
-    return TOUCH.format(rows=", ".join([TOUCH_ROW] * n))
+def touch_rows(n: int, returning: bool) -> str:
+    statement = TOUCH.format(rows=", ".join([TOUCH_ROW] * n))
+    if returning:
+        return statement
+    bare = statement.removesuffix(f" RETURNING {SCOPE_COLS}")
+    assert bare != statement
+    return bare
 
 
 # The journal's end: the largest sequence number ever issued (AUTOINCREMENT keeps it), so no
