@@ -191,6 +191,7 @@ async def test_private_channel_is_recorded_at_capture(memory: shortterm.Memory) 
     ).capture(history=[said("psst")], replies=[Reply("ok")])
     entry = await memory.get(ScopeKey.server(G, "thread"))
     assert entry is not None and entry.private and entry.parent_channel_id == "secret"
+    await memory.flush()  # the capture's row is buffered (write-behind)
     row = await memory.store.load(ScopeKey.server(G, "thread"))
     assert row is not None and row.meta.private
 
@@ -213,6 +214,7 @@ async def test_concurrent_captures_leave_exact_counters(memory: shortterm.Memory
         await turn.capture(history=[said(f"m{i}", author=f"u{i % 7}")], replies=[reply()])
 
     await asyncio.gather(*(one(i) for i in range(100)))
+    await memory.flush()  # the counter steps are buffered (write-behind)
     for ch in range(5):
         key = ScopeKey.server(G, f"c{ch}", P)
         entry = await memory.get(key)

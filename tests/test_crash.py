@@ -61,12 +61,12 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     url = f"sqlite:///{db}"
     rng = random.Random(7)
     total_acked = 0
-    for _round in range(5):
+    for rounds in range(1, 6):
         acked = run_and_kill(url, rng.uniform(0.6, 1.2))
         assert acked, "the writer acknowledged nothing before it was killed"
         total_acked += len(acked)
 
-        async def check(acked: list[int] = acked) -> None:
+        async def check(acked: list[int] = acked, rounds: int = rounds) -> None:
             store = SQLiteStore(db)
             assert store.integrity_check() == "ok"
             await store.migrate()
@@ -80,7 +80,9 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
                 version = int(row.summary[1:])
                 # the last acknowledged value, or one written just before the kill
                 assert max(done) <= version <= last + 1
-                assert row.turns_since_refresh >= len(done)
+                # Every set_summary flushes the buffered captures (write-behind), so a kill
+                # loses at most the one capture after the last of them, once per round.
+                assert row.turns_since_refresh >= len(done) - rounds
             await store.close()
 
         asyncio.run(check())

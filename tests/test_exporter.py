@@ -183,6 +183,7 @@ async def test_the_newest_messages_land_in_the_server_scope(
     assert report.process_local
     assert report.reason is None
     # The server scope only: nobody's personal memory is written by an import.
+    await memory.flush()  # the captured rows are buffered (write-behind)
     assert rows(db) == [("server", GUILD, CHANNEL)]
 
 
@@ -375,6 +376,7 @@ async def test_a_dm_goes_to_its_user_scope(
     assert entry is not None
     assert [m.content for m in entry.messages] == ["hi", "hello Ana"]
     assert entry.server_id is None
+    await memory.flush()  # the captured rows are buffered (write-behind)
     assert rows(db) == [("user", ANA, "500000000000000005")]
 
 

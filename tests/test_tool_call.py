@@ -88,6 +88,7 @@ async def test_summary_lands_in_both_scopes_durably_and_resets_the_counter(
 ) -> None:
     for _ in range(3):
         await capture(guild_turn(memory))
+    await memory.flush()  # the captures' counter steps are buffered (write-behind)
     assert durable_rows(db)[("server", "333")][2] == 3
     turn = guild_turn(memory)
     assert len(turn.tools()) == 1

@@ -372,6 +372,14 @@ class InProcessCache:
         rec = self._entries.get(key.astuple)
         return None if rec is None or now >= rec.expires_at else rec.turns
 
+    def holds(self, key: ScopeKey, now: float) -> bool:
+        """Whether this tier has mirrored the durable row of ``key`` and still holds it (a
+        live record): a capture may then defer its durable part (a write-behind). Not for
+        a missing record even on a complete tier: another process may have written the row
+        since (its sticky private flag must be mirrored before this tier serves the entry)."""
+        rec = self._entries.get(key.astuple)
+        return rec is not None and now < rec.expires_at
+
     async def capture(
         self,
         key: ScopeKey,

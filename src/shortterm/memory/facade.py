@@ -1,11 +1,14 @@
 """The memory facade: composes a hot tier and a durable tier behind the public API.
 
-Everything durable is written through and awaited: when a method returns, its write is
-committed. Reads hit the hot tier; a miss reads through the durable tier unless the hot tier
-knows it is complete. Settings are cached in the process. Every forget, settings change and
-distilled write is journaled; before a call returns, the process applies what others
-journaled (a cheap check when nothing moved), and every write is fenced at the journal
-position it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
+Everything acknowledged is written through and awaited: when a method returns, its write is
+committed. A capture's own durable part (scope rows, counter step) may be buffered by a
+write-behind (SQLite under the in-process tier, see write_behind.py), which is flushed before
+every acknowledged write, forget and durable read. Reads hit the hot tier; a miss reads
+through the durable tier unless the hot tier knows it is complete. Settings are cached in
+the process. Every forget, settings change and distilled write is journaled; before a call
+returns, the process applies what others journaled (a cheap check when nothing moved), and
+every write is fenced at the journal position it began at, so no write in flight undoes a
+forget (docs/design.md, "Forgetting").
 
 Longer than our other modules on purpose: it is the one boundary every read, write and forget
 passes, and they share one state (journal position, unsure scopes, settings). What stands
@@ -29,7 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from types import EllipsisType, TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..cache.base import HotTier
 from ..model import (
@@ -64,6 +67,7 @@ from .follower import JournalFollower
 from .health import Health
 from .known_settings import KnownSettings
 from .turn import Turn
+from .write_behind import HoldsScopes, WriteBehind
 
 __all__ = ["Memory", "open"]
 
@@ -110,6 +114,15 @@ class Memory:
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[tuple[str, str, str, str | None]] = set()
         self.hydration_s = 0.0
+        self.write_behind = (
+            WriteBehind(
+                self,
+                window_s=config.write_behind_ms / 1000,
+                max_turns=config.write_behind_turns,
+            )
+            if WriteBehind.applies(self)
+            else None
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -172,8 +185,18 @@ class Memory:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        if self.write_behind is not None:
+            await self.write_behind.close()
         await self.cache.close()
         await self.store.close()
+
+    async def flush(self) -> None:
+        """Commit the captures' buffered durable work now (the write-behind's scope rows and
+        counter steps, see ``Config.write_behind_ms``). Every acknowledged write, forget,
+        durable read and :meth:`close` does this first; a no-op when nothing is buffered or
+        there is no write-behind. A failure is counted (``lost_counter_steps``), not raised."""
+        if self.write_behind is not None:
+            await self.write_behind.flush()
 
     async def __aenter__(self) -> Memory:
         return self
@@ -246,6 +269,7 @@ class Memory:
                     f"both become {slug!r})",
                 )
             seen[slug] = category.label
+        await self.flush()
         seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
         self.known_settings.put_server(server_id, settings)
         await self.journal.caught_up_to(seq)
@@ -266,6 +290,7 @@ class Memory:
         if settings.privacy is Privacy.FULL:
             await self._forget_user(user_id, keep=settings)
             return
+        await self.flush()
         seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
         self.known_settings.put_users({user_id: settings})
         await self.journal.caught_up_to(seq)
@@ -308,6 +333,7 @@ class Memory:
     async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
         """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
         lands while the row is in flight wins over it."""
+        await self.flush()
         fence = WriteFence(self.journal.head)
         row = await self.store.load(key)
         self.health.count("read_through")
@@ -323,6 +349,7 @@ class Memory:
             await self._settle(kind, owner_id, now)
         entries, complete = await self.cache.owner_entries(kind, owner_id, now)  # type: ignore[arg-type]
         if not complete:
+            await self.flush()
             fence = WriteFence(self.journal.head)
             rows = await self.store.load_owner(kind, owner_id)  # type: ignore[arg-type]
             self.health.count("read_through")
@@ -335,6 +362,7 @@ class Memory:
         """Read through this owner's scopes whose last write had an unknown outcome, so the
         hot tier never disagrees with the durable tier for longer than one call."""
         for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
+            await self.flush()
             fence = WriteFence(self.journal.head)
             row = await self.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
             self._unsure.discard(kt)
@@ -353,6 +381,7 @@ class Memory:
         persona_id: str | EllipsisType | None = ...,
     ) -> list[ScopeRow]:
         """Durable rows matching every filter given, sorted by key: see :func:`admin.find_rows`."""
+        await self.flush()
         return await admin.find_rows(
             self.store,
             kind=kind,
@@ -364,11 +393,20 @@ class Memory:
 
     async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
         """The servers with durable shared rows, a page at a time: see :func:`admin.servers`."""
+        await self.flush()
         return await admin.servers(self.store, after=after, limit=limit)
 
     def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
         """Stream every durable row in batches: see :func:`admin.export_rows`."""
-        return admin.export_rows(self.store, batch_rows=batch_rows)
+        rows = admin.export_rows(self.store, batch_rows=batch_rows)  # checks its argument now
+        return self._flushed_first(rows)
+
+    async def _flushed_first(
+        self, rows: AsyncIterator[list[ScopeRow]]
+    ) -> AsyncIterator[list[ScopeRow]]:
+        await self.flush()
+        async for batch in rows:
+            yield batch
 
     async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
         """Write whole durable rows (a restore), all of them or none, and mirror them in the
@@ -385,6 +423,7 @@ class Memory:
                 raise InvalidInput(f"rows[{i}].key", row.key, "keys that appear once per call")
             seen.add(row.key.astuple)
         await self.refresh_settings()
+        await self.flush()
         fence = WriteFence(self.journal.head)
         known = self.known_settings
         allowed = [
@@ -446,7 +485,16 @@ class Memory:
         ``increment``) in one fenced statement, then replace their messages in the hot tier,
         fenced again where they land. A scope a forget overtook is dropped in both tiers.
         During a durable outage the hot tier is still written (fenced) and the lost counter
-        step is counted. Returns whether every scope was written."""
+        step is counted. Returns whether every scope was written.
+
+        With a write-behind, a capture whose scopes the hot tier already mirrors writes the
+        hot tier only (stepping the counter there) and buffers its durable part; a cold scope
+        (whose durable row may hold values the hot tier lacks) is written through as above."""
+        wb = self.write_behind
+        if wb is not None and not fence.store_down:
+            holds = cast(HoldsScopes, self.cache).holds
+            if all(holds(key, now) for key, _ in scopes):
+                return await self._capture_behind(wb, scopes, meta, increment, fence, now)
         durable: dict[tuple[Any, ...], ScopeRow] | None
         try:
             if fence.store_down:
@@ -455,6 +503,8 @@ class Memory:
                 [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
             )
             self.health.ok()
+            if wb is not None:
+                rows = wb.with_pending(rows)  # the hot counter keeps the buffered steps
             durable = {r.key.astuple: r for r in rows}
         except StoreUnavailable as exc:
             # Capture serves from the hot tier during an outage; the counter step is lost
@@ -479,6 +529,26 @@ class Memory:
             self.health.count("fenced_writes")
         return applied
 
+    async def _capture_behind(
+        self,
+        wb: WriteBehind,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+    ) -> bool:
+        """The hot half of a capture now, the durable half buffered. Every scope is
+        buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
+        hot = [(key, messages, None) for key, messages in scopes]
+        applied = await self.cache.capture_scopes(hot, meta, now, fence, step=increment)
+        if wb.add([key for key, _ in scopes], meta, increment, fence, now):
+            await wb.flush()  # the turn bound: this capture pays for the batch
+        if applied < len(hot):
+            self.health.count("fenced_writes")
+            return False
+        return True
+
     async def write_distilled(
         self,
         scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
@@ -495,6 +565,7 @@ class Memory:
         ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
         tier and read through on their next use, so neither tier is believed over the other.
         """
+        await self.flush()  # buffered steps land before a reset, never after it
         now = self.clock()
         if fence.store_down:
             raise StoreUnavailable(self.journal.error)
@@ -529,7 +600,9 @@ class Memory:
     ) -> int:
         """The one forget: durable journal + delete (raises if it failed: nothing was
         acknowledged), then the hot tier — its fence first, so nothing in flight can land
-        after the eviction — then the journal up to our entry."""
+        after the eviction — then the journal up to our entry. Buffered captures flush first;
+        one still in flight is refused by the flush's fence if this forget covers it."""
+        await self.flush()
         try:
             forgotten = await durable()
         except StoreUnavailable:
@@ -606,6 +679,7 @@ class Memory:
         days = self.config.janitor_retention_days if retention_days is None else retention_days
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise InvalidInput("retention_days", retention_days, "a non-negative integer")
+        await self.flush()
         return await self.store.janitor(untouched_since=self.clock() - days * 86400)
 
     # -- observability --------------------------------------------------------------------
@@ -614,6 +688,9 @@ class Memory:
         """Counters of both tiers: entries, bytes, hits, misses, evictions, expirations, ..."""
         out: dict[str, Any] = dict(self.cache.stats())
         out.update(self.health.counts())
+        out["lost_counter_steps"] = 0
+        if self.write_behind is not None:
+            out.update(self.write_behind.stats())
         out["hydration_s"] = round(self.hydration_s, 6)
         out["degraded"] = self.health.degraded
         return out

@@ -28,6 +28,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "sweep_interval_s": (0, 86400),
     "settings_refresh_s": (0, 86400),
     "hydrate_batch_rows": (1, 1_000_000),
+    "write_behind_ms": (0, 10_000),
+    "write_behind_turns": (1, 100_000),
 }
 
 
@@ -38,6 +40,14 @@ class Config:
     ``max_entries`` and ``max_bytes`` bound the hot tier (least recently used entries are
     evicted; durable values are read back on the next miss). ``sweep_interval_s=0`` turns the
     background sweeper off (``memory.sweep()`` still works).
+
+    ``write_behind_ms`` and ``write_behind_turns`` bound the write-behind of a capture's
+    durable part (its scope rows and cadence counter step) on a SQLite store with the
+    in-process hot tier: buffered touches are committed together at most that many
+    milliseconds, or that many captures, after the first of them, and before every
+    acknowledged write, forget and durable read. A crash loses at most that window of
+    counter steps, never an acknowledged write. ``write_behind_ms=0`` awaits every capture's
+    durable part, as the other backends always do.
     """
 
     max_messages: int = 10
@@ -55,6 +65,8 @@ class Config:
     sweep_interval_s: int = 60
     settings_refresh_s: int = 30
     hydrate_batch_rows: int = 5000
+    write_behind_ms: int = 50
+    write_behind_turns: int = 256
     tool_less_providers: frozenset[str] = field(default_factory=lambda: frozenset({"novelai"}))
 
     def __post_init__(self) -> None:

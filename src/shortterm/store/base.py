@@ -9,7 +9,7 @@ operation, atomic, and durable when it returns. Backends wrap driver errors in
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 from ..model.keys import ScopeKey, ScopeKind
@@ -20,12 +20,15 @@ from ..model.settings import ServerSettings, UserSettings
 # they are re-exported here, where they were first defined.
 __all__ = [
     "JOURNAL_RETENTION_S",
+    "BatchTouch",
+    "BufferedTouch",
     "DistilledWrite",
     "Forgotten",
     "ScopeMeta",
     "ScopeRow",
     "ServerSummary",
     "Store",
+    "TouchedBatch",
 ]
 
 
@@ -35,6 +38,40 @@ class Forgotten(NamedTuple):
 
     seq: int
     rows: int
+
+
+class BufferedTouch(NamedTuple):
+    """Captures of one scope, coalesced by a write-behind: ensure the row with ``meta`` and
+    add ``steps`` to its counter. Only captures with the same ``fence`` (position and
+    triggerer) are coalesced, so the touch is refused exactly when each of them would be;
+    ``now`` is the newest."""
+
+    key: ScopeKey
+    meta: ScopeMeta
+    steps: int
+    fence: WriteFence
+    now: float
+
+
+class TouchedBatch(NamedTuple):
+    """What a batch touch did: how many touches it wrote (the others were fenced), and the
+    rows as stored, for the hot tier to mirror — empty when the store knows that nobody else
+    wrote since its previous batch, so the rows are what this process expects."""
+
+    written: int
+    rows: list[ScopeRow]
+
+
+@runtime_checkable
+class BatchTouch(Protocol):
+    """An optional capability: a store that can apply many buffered touches at once (SQLite,
+    whose every statement costs the process's one thread). Only such a store gets a
+    write-behind; the others keep one awaited :meth:`Store.touch` per capture."""
+
+    async def touch_batch(self, touches: Sequence[BufferedTouch]) -> TouchedBatch:
+        """Apply every touch in one transaction, each fenced as :meth:`Store.touch` fences
+        (a touch covered by a forget journaled after its ``fence.position`` is left out,
+        checked atomically with the write)."""
 
 
 class Store(Protocol):

@@ -8,7 +8,8 @@ mapping costs a few hundred nanoseconds, so the pragma runs only after the heade
 
 Unchanged header bytes prove that nothing was committed since they were read: a commit
 that returned has written the header. The mapping stays valid while our own connection is
-open, because SQLite truncates ``-shm`` only when no connection holds it.
+open, because SQLite truncates ``-shm`` only when no connection holds it (and our own
+descriptor must not drop the locks that say so: see ``_open``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class WalWatch:
     def __init__(self, db_path: str) -> None:
         self._path = db_path + "-shm"
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
 
     def header(self) -> bytes | None:
         """The header now, or ``None`` when there is no shared-memory file to read (an
@@ -39,20 +41,31 @@ class WalWatch:
         return self._map[:_HEADER_BYTES]
 
     def _open(self) -> mmap.mmap | None:
+        # Closing any descriptor of a file drops every POSIX lock the process holds on it,
+        # SQLite's own among them: with its shared lock on the -shm file gone, another
+        # process opening the database believes it is the first and truncates the -shm
+        # file under our mappings (SIGBUS). So our descriptor stays open until close(),
+        # which runs after the connection closed.
         try:
-            fd = os.open(self._path, os.O_RDONLY)
+            if os.stat(self._path).st_size < _HEADER_BYTES:
+                return None
         except OSError:
             return None
-        try:
-            if os.fstat(fd).st_size < _HEADER_BYTES:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY)
+            except OSError:
                 return None
-            return mmap.mmap(fd, _HEADER_BYTES, access=mmap.ACCESS_READ)
+        try:
+            return mmap.mmap(self._fd, _HEADER_BYTES, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             return None
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
+        """Unmap and close; call it after the database connection is closed (see _open)."""
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -3,6 +3,8 @@ as one piece; the statements of 1-4 rows (every capture) are built once, at impo
 
 from __future__ import annotations
 
+import functools
+
 from ..sql_common import SCOPE_COLS, key_where, server_upsert
 
 # One upsert serves capture and tool writes alike. Metadata given as NULL means "unknown,
@@ -59,6 +61,25 @@ _TOUCH_ON_CONFLICT = (
 TOUCH_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
 TOUCH = f"INSERT INTO scopes AS s ({_TOUCH_COLS}) VALUES {{rows}} {_TOUCH_ON_CONFLICT}"
 TOUCH_BY_ROWS = {n: TOUCH.format(rows=", ".join([TOUCH_ROW] * n)) for n in (1, 2, 3, 4)}
+
+# A write-behind's flush: many rows per statement, built once per row count. 13 parameters a
+# row keeps a full chunk far below SQLite's variable limit.
+BATCH_TOUCH_ROWS = 200
+
+
+@functools.cache
+def touch_rows(n: int, returning: bool) -> str:
+    statement = TOUCH.format(rows=", ".join([TOUCH_ROW] * n))
+    if returning:
+        return statement
+    bare = statement.removesuffix(f" RETURNING {SCOPE_COLS}")
+    assert bare != statement
+    return bare
+
+
+# The journal's end: the largest sequence number ever issued (AUTOINCREMENT keeps it), so no
+# fence row can be newer, whatever was pruned.
+JOURNAL_END = "SELECT seq FROM sqlite_sequence WHERE name = 'journal'"
 
 # The fenced capture: the same upsert, each row kept only while no forget journaled after the
 # write's position covers one of its targets (up to MAX_TARGETS per row, NULL-padded). One

@@ -1,0 +1,207 @@
+"""The write-behind of a capture's durable part: its scope rows and cadence counter step.
+
+On SQLite every statement runs on the process's one thread, and a capture's upsert was half of
+its cost. With an unshared hot tier that already mirrors a scope, the capture writes the hot
+tier (stepping the counter there) and leaves its durable part here; the buffered touches are
+committed together, in one transaction, when the window (``write_behind_ms``) elapses, when
+``write_behind_turns`` captures are pending, before every acknowledged write, forget and durable
+read, and on close.
+
+What a crash can lose: the counter steps and scope-row ensures of at most one window. Never an
+acknowledged write (those flush first and are awaited), never a forget: each buffered touch
+keeps its captures' fence (captures are coalesced only at the same journal position), and the
+flush refuses a touch a later forget covers, atomically with the write (see
+``BatchTouch.touch_batch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..model import ScopeKey, ScopeMeta, ScopeRow
+from ..model.errors import StoreUnavailable
+from ..model.fence import WriteFence
+from ..store.base import BatchTouch, BufferedTouch, TouchedBatch
+
+if TYPE_CHECKING:
+    from .facade import Memory
+
+__all__ = ["HoldsScopes", "WriteBehind"]
+
+log = logging.getLogger("shortterm")
+
+KeyTuple = tuple[str, str, str, str | None]
+
+
+@runtime_checkable
+class HoldsScopes(Protocol):
+    """A hot tier that can say, without I/O, whether it mirrors a scope's durable state."""
+
+    def holds(self, key: ScopeKey, now: float) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    key: ScopeKey
+    meta: ScopeMeta
+    steps: int
+    fence: WriteFence
+    now: float
+
+
+class WriteBehind:
+    """The buffer of one ``Memory``: touches coalesced per scope and fence targets, flushed
+    one batch at a time."""
+
+    def __init__(self, memory: Memory, *, window_s: float, max_turns: int) -> None:
+        # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
+        self._memory = memory
+        self._window_s = window_s
+        self._max_turns = max_turns
+        # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
+        # parent, position), so a coalesced touch is fenced exactly as each of its captures
+        # would be: a forget refuses the captures it covers and none that began after it.
+        self._pending: dict[tuple[Any, ...], _Pending] = {}
+        self._steps: dict[KeyTuple, int] = {}  # pending counter steps per scope
+        self._turns = 0
+        self._lock = asyncio.Lock()  # one flush at a time
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.lost_steps = 0
+        self.flushes = 0
+
+    @staticmethod
+    def applies(memory: Memory) -> bool:
+        """Only a store that batches touches, under a hot tier no other process writes (a
+        shared tier must see every counter step at once)."""
+        return (
+            memory.config.write_behind_ms > 0
+            and isinstance(memory.store, BatchTouch)
+            and isinstance(memory.cache, HoldsScopes)
+            and not memory.cache.shared
+        )
+
+    @property
+    def pending(self) -> int:
+        """Buffered touches (coalesced), not yet committed."""
+        return len(self._pending)
+
+    def add(
+        self,
+        keys: Sequence[ScopeKey],
+        meta: ScopeMeta,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+    ) -> bool:
+        """Buffer one capture's durable part; True when the turn bound is reached (the
+        caller then flushes)."""
+        live = increment.astuple if increment is not None else None
+        triggerer = fence.triggerer
+        for key in keys:
+            kt = key.astuple
+            step = int(kt == live)
+            slot = (kt, triggerer, meta.server_id, meta.parent_channel_id, fence.position)
+            p = self._pending.get(slot)
+            if p is None:
+                self._pending[slot] = _Pending(key, meta, step, fence, now)
+            else:
+                p.steps += step
+                # Newest metadata, but the private flag is sticky.
+                p.meta = (
+                    dataclasses.replace(meta, private=True)
+                    if p.meta.private and not meta.private
+                    else meta
+                )
+                p.now = max(p.now, now)
+            if step:
+                self._steps[kt] = self._steps.get(kt, 0) + 1
+        self._turns += 1
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._window_s, self._due)
+        return self._turns >= self._max_turns
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self.flush(), name="shortterm-write-behind"
+            )
+
+    def with_pending(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        """``rows`` as the hot tier should mirror them: the durable counter is the truth,
+        plus the steps still buffered here."""
+        steps = self._steps
+        if not steps:
+            return list(rows)
+        return [
+            dataclasses.replace(r, turns_since_refresh=r.turns_since_refresh + extra)
+            if (extra := steps.get(r.key.astuple))
+            else r
+            for r in rows
+        ]
+
+    async def flush(self) -> None:
+        """Commit every buffered touch in one transaction, then mirror the rows in the hot
+        tier when another process wrote meanwhile. A failure is counted and logged, never
+        raised: those steps were never acknowledged, and nothing else is lost."""
+        if not self._pending:
+            return  # the usual case before an acknowledged write: nothing to wait for
+        async with self._lock:
+            if not self._pending:
+                return
+            batch, steps = self._pending, self._steps
+            self._pending, self._steps, self._turns = {}, {}, 0
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            m = self._memory
+            # The mirror is fenced like a read-through: a forget landing meanwhile wins.
+            fence = WriteFence(m.journal.head)
+            touches = [
+                BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now) for p in batch.values()
+            ]
+            store: Any = m.store  # a BatchTouch, checked by ``applies``
+            try:
+                done: TouchedBatch = await store.touch_batch(touches)
+            except StoreUnavailable as exc:
+                lost = sum(steps.values())
+                self.lost_steps += lost
+                m.health.failed("write-behind flush", exc)
+                log.warning(
+                    "shortterm lost %d buffered counter steps (%d scopes): %s",
+                    lost,
+                    len(touches),
+                    exc,
+                )
+                return
+            m.health.ok()
+            self.flushes += 1
+            if done.written < len(touches):
+                m.health.count("fenced_writes", len(touches) - done.written)
+            if done.rows:
+                # Another process wrote meanwhile: its counter steps and sticky flags too.
+                await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
+
+    async def close(self) -> None:
+        """Flush what is buffered and wait for a flush in progress."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        await self.flush()
+        task = self._task
+        if task is not None and not task.done():
+            await task
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "lost_counter_steps": self.lost_steps,
+            "write_behind_flushes": self.flushes,
+            "write_behind_pending": len(self._pending),
+        }
