@@ -215,7 +215,7 @@ class SQLiteStore:
             statement = sql.FENCED_TOUCH_BY_ROWS.get(n) or sql.FENCED_TOUCH.format(
                 rows=", ".join([sql.FENCED_ROW] * n)
             )
-            args.append(fence.position)
+            args += (fence.position, fence.position)
 
         def run() -> list[ScopeRow]:
             rows = {r.key.astuple: r for r in map(scope_row, self._db.execute(statement, args))}
