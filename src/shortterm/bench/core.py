@@ -256,6 +256,7 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     res.timings["floor clear_channel"] = summarize("floor clear_channel", floor_clear_ns)
     res.timings["clear_channel"] = summarize("clear_channel", clear_channel_ns)
     res.notes["entries_after"] = float(cache.stats()["entries"])
+    await on_sqlite.flush()  # the write-behind's last batch, before its store closes
     await sqlite_store.close()
     await cache.close()
     return res

@@ -62,7 +62,10 @@ class JournalFollower:
             return False
         return True
 
-    async def catch_up(self) -> None:
+    async def catch_up(self, own: int | None = None) -> None:
+        """Apply every journal entry after our position. ``own``: the sequence of an entry
+        this process wrote and already applied (a purge's scan of every entry need not run
+        twice)."""
         m = self._memory
         while True:
             entries = await m.store.journal_since(self.head, limit=_JOURNAL_PAGE)
@@ -71,7 +74,8 @@ class JournalFollower:
             now = m.clock()
             reload = False
             for entry in entries:
-                reload |= await self._apply(entry, now)
+                if entry.seq != own:
+                    reload |= await self._apply(entry, now)
             if reload:
                 await self._reload_settings()
             # Only now: a write fenced at the new position relies on all of the above.
@@ -119,5 +123,7 @@ class JournalFollower:
     async def caught_up_to(self, seq: int) -> None:
         """After our own journal entry ``seq``: read the journal up to it, so entries other
         processes wrote before it are applied too and our position can pass it."""
-        if self.head < seq:
-            await self.catch_up()
+        if self.head == seq - 1:
+            self.head = seq  # no other entry can lie between: nothing else to apply
+        elif self.head < seq:
+            await self.catch_up(own=seq)

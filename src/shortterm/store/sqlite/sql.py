@@ -92,7 +92,8 @@ FENCED_TOUCH = (
     f"SELECT {', '.join(f'v.column{i}' for i in range(1, 15))} FROM (VALUES {{rows}}) AS v "
     # Nothing journaled after the position (the usual case): the journal's end, read once
     # per statement, decides it without a look at the fence rows.
-    f"WHERE COALESCE(({JOURNAL_END}), 0) <= ? OR NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > ? "
+    f"WHERE COALESCE(({JOURNAL_END}), 0) <= ? "
+    "OR NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > ? "
     f"AND f.target IN ({_TARGET_COLS})) {_TOUCH_ON_CONFLICT}"
 )
 FENCED_TOUCH_BY_ROWS = {
