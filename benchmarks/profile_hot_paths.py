@@ -1,6 +1,6 @@
 """Profile the per-turn hot paths (capture, context) on the embedded default with pyinstrument.
 
-    pip install pyinstrument
+    pip install -e '.[bench]'                        # pyinstrument is in the bench extra
     python benchmarks/profile_hot_paths.py            # writes docs/profiles/{capture,context}.txt
 
 20,000 chat-day turns are captured (the capture profile), then the context of each is rendered
