@@ -213,9 +213,19 @@ async def test_a_killed_connection_fails_loudly_without_retries(
     name = f"stm-{uuid.uuid4().hex[:12]}"
     cache = await open_cache(f"retries=0&client_name={name}")
     await cache.capture(S, msgs("before"), META, None, T0)
-    await _kill(admin, name)
-    with pytest.raises(StoreUnavailable):
-        await cache.capture(S, msgs("lost"), META, None, T0 + 1)
+    # The kill must land while the script is in flight: killed before it is sent, the client
+    # may notice the closed socket when it takes the connection and simply open a new one.
+    # A write pause holds the script on the server (EVALSHA may write) until the kill.
+    await admin.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
+    try:
+        lost = asyncio.ensure_future(cache.capture(S, msgs("lost"), META, None, T0 + 1))
+        await asyncio.sleep(0.2)
+        assert not lost.done(), "the pause did not hold the capture"
+        await _kill(admin, name)
+        with pytest.raises(StoreUnavailable):
+            await lost
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
     entry = await cache.get(S, T0 + 1)  # reconnected
     assert entry is not None and [m.content for m in entry.messages] == ["before"]
 
