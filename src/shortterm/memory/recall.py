@@ -198,11 +198,8 @@ class _Recall:
             self.turn.bot_name,
             self.memory.known_settings.full_privacy_version,
         )
-        memo: _Memo | None = entry._memo
-        if memo is None:
-            memo = _Memo()
-            object.__setattr__(entry, "_memo", memo)
-        elif memo.other_inputs == inputs:
+        memo = _memo_of(entry)
+        if memo.other_inputs == inputs:
             return memo.other
         planned = self._plan(entry, origin)
         memo.other_inputs, memo.other = inputs, planned
@@ -211,11 +208,8 @@ class _Recall:
     def same(self, entry: Entry, labels: dict[str, str] | None) -> Section | None:
         """The live entry's distilled section, built once per view and settings."""
         settings = self.settings
-        memo: _Memo | None = entry._memo
-        if memo is None:
-            memo = _Memo()
-            object.__setattr__(entry, "_memo", memo)
-        elif memo.same_inputs is settings:
+        memo = _memo_of(entry)
+        if memo.same_inputs is settings:
             return memo.same
         memo.same_inputs, memo.same = settings, distilled_section(entry, labels)
         return memo.same
@@ -253,6 +247,14 @@ class _Memo:
         self.other: Recollection | None = None
         self.same_inputs: ServerSettings | None = None
         self.same: Section | None = None
+
+
+def _memo_of(entry: Entry) -> _Memo:
+    memo: _Memo | None = entry._memo
+    if memo is None:
+        memo = _Memo()
+        object.__setattr__(entry, "_memo", memo)
+    return memo
 
 
 def _server_of(entry: Entry) -> str | None:

@@ -93,14 +93,14 @@ class Turn:
             if len(user_message) <= _MAX_USER_MESSAGE_CHARS
             else user_message[:_MAX_USER_MESSAGE_CHARS]
         )
-        self.user_name = None if user_name is None else _name("user_name", user_name)
+        self.user_name = check_optional_text("user_name", user_name, _MAX_NAME_CHARS)
         if bot_name != "Assistant":
             if not isinstance(bot_name, str) or not bot_name.strip():
                 raise InvalidInput("bot_name", bot_name, "a non-blank string")
-            bot_name = _name("bot_name", bot_name)
+            bot_name = check_optional_text("bot_name", bot_name, _MAX_NAME_CHARS) or bot_name
         self.bot_name = bot_name
-        self.server_name = None if server_name is None else _name("server_name", server_name)
-        self.channel_name = None if channel_name is None else _name("channel_name", channel_name)
+        self.server_name = check_optional_text("server_name", server_name, _MAX_NAME_CHARS)
+        self.channel_name = check_optional_text("channel_name", channel_name, _MAX_NAME_CHARS)
         if provider is not None:
             if not isinstance(provider, str):
                 raise InvalidInput("provider", provider, "a provider name or None")
@@ -336,19 +336,6 @@ class Turn:
                 )
             kept.append(m)
         return kept
-
-
-def _name(field: str, value: object) -> str:
-    """A display name (user, bot, server, channel): cleaned and capped, refused only when it
-    is not text. ``check_optional_text``, minus its None case."""
-    if (
-        type(value) is str
-        and len(value) <= _MAX_NAME_CHARS
-        and value.isascii()
-        and "\x00" not in value
-    ):
-        return value  # the usual name: nothing to clean
-    return check_optional_text(field, value, _MAX_NAME_CHARS) or ""
 
 
 def _cap(text: str, cap: int) -> str:

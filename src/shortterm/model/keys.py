@@ -56,6 +56,8 @@ def check_optional_text(name: str, value: object, max_chars: int = 1000) -> str 
     """Display metadata (names): cleaned and capped, never refused for its content."""
     if value is None:
         return None
+    if type(value) is str and len(value) <= max_chars and value.isascii() and "\x00" not in value:
+        return value  # the usual name: nothing to clean or cut
     if not isinstance(value, str):
         raise InvalidInput(name, value, "a string or None")
     return clean_text(value[:max_chars])

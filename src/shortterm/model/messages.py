@@ -19,6 +19,8 @@ from .keys import (
 )
 from .text import clean_text
 
+_INF = float("inf")
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -122,11 +124,11 @@ class Entry:
     # is replaced whenever its entry changes (a capture, an edit, a forget, an expiry), so
     # a rendering can never outlive what it shows.
     _memo: Any = field(default=None, init=False, repr=False, compare=False)
-    # ``updated_at`` as a plain float (-1 for none), kept for sorting many entries by it.
-    _newest: float = field(default=-1.0, init=False, repr=False, compare=False)
+    # ``updated_at`` as a plain float (-inf for none), kept for sorting many entries by it.
+    _newest: float = field(default=-_INF, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        newest = -1.0 if self.messages_at is None else self.messages_at
+        newest = -_INF if self.messages_at is None else self.messages_at
         at = self.summary_at
         if at is not None and at > newest:
             newest = at
@@ -138,9 +140,7 @@ class Entry:
     @property
     def updated_at(self) -> float | None:
         """The newest of the entry's own value timestamps."""
-        stamps = (self.messages_at, self.summary_at, self.categories_at)
-        times = [t for t in stamps if t is not None]
-        return max(times) if times else None
+        return None if self._newest == -_INF else self._newest
 
     @property
     def is_empty(self) -> bool:

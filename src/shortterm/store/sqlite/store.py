@@ -56,25 +56,30 @@ log = logging.getLogger("shortterm")
 T = TypeVar("T")
 
 
+def _touch_row(key: ScopeKey, m: ScopeMeta, steps: int, now: float) -> tuple[Any, ...]:
+    """The parameters of one :data:`sql.TOUCH_ROW`: the scope, its metadata, its counter step."""
+    return (
+        key.kind,
+        key.owner_id,
+        key.channel_id,
+        key.persona_id,
+        m.server_id,
+        m.server_name,
+        m.channel_name,
+        m.parent_channel_id,
+        int(m.private),
+        m.persona_lineage_id,
+        steps,
+        now,
+        now,
+    )
+
+
 def _args(touches: Sequence[BufferedTouch]) -> list[Any]:
     """The parameters of :data:`sql.TOUCH` rows, each with its own counter step."""
     args: list[Any] = []
     for key, m, steps, _fence, now in touches:
-        args += (
-            key.kind,
-            key.owner_id,
-            key.channel_id,
-            key.persona_id,
-            m.server_id,
-            m.server_name,
-            m.channel_name,
-            m.parent_channel_id,
-            int(m.private),
-            m.persona_lineage_id,
-            steps,
-            now,
-            now,
-        )
+        args += _touch_row(key, m, steps, now)
     return args
 
 
@@ -189,21 +194,7 @@ class SQLiteStore:
         live = increment.astuple if increment is not None else None
         args: list[Any] = []
         for key, m in scopes:
-            args += (
-                key.kind,
-                key.owner_id,
-                key.channel_id,
-                key.persona_id,
-                m.server_id,
-                m.server_name,
-                m.channel_name,
-                m.parent_channel_id,
-                int(m.private),
-                m.persona_lineage_id,
-                int(key.astuple == live),
-                now,
-                now,
-            )
+            args += _touch_row(key, m, int(key.astuple == live), now)
             if fence is not None:
                 args += padded_targets(key, m, fence.triggerer)
         n = len(scopes)
