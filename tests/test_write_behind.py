@@ -16,7 +16,7 @@ import pytest
 import shortterm
 from shortterm import Message, Reply, ScopeKey
 from shortterm.tool import texts
-from tests.support import clear_redis_prefix, service_url, with_query
+from tests.support import FakeClock, clear_redis_prefix, service_url, with_query
 
 G, C, U, P = "g1", "c1", "u1", "p1"
 LIVE = ScopeKey.server(G, C, P)
@@ -60,9 +60,9 @@ async def test_captures_are_buffered_and_close_flushes_every_step(db: Path) -> N
         assert memory.write_behind is not None
         for _ in range(7):
             await capture(memory)
-        # The first capture of a scope the hot tier does not hold is written through; the
-        # other six are buffered.
-        assert counter(db) == 1
+        # Nothing is written yet, not even the rows of the first capture: the hot tier is
+        # complete and no other connection wrote, so these new scopes have no row to read.
+        assert counter(db) is None
         assert memory.stats()["write_behind_pending"] == 2  # user + server scope, coalesced
         entry = await memory.get(LIVE)
         assert entry is not None and entry.turns_since_refresh == 7  # the hot tier stepped
@@ -94,11 +94,11 @@ async def test_a_step_is_durable_within_the_window(db: Path) -> None:
     window_ms = 50
     config = CONFIG.replace(write_behind_ms=window_ms)
     async with shortterm.open(store=f"sqlite:///{db}", config=config) as memory:
-        await capture(memory)  # cold: written through
+        await capture(memory)  # a new scope: buffered
         await capture(memory)  # held: buffered
         started = time.monotonic()
-        assert counter(db) == 1  # no await since: the timer cannot have fired
-        while counter(db) == 1:
+        assert counter(db) is None  # no await since: the timer cannot have fired
+        while counter(db) is None:
             assert time.monotonic() - started < window_ms / 1000 + 2.0, "never flushed"
             await asyncio.sleep(0.005)
         took = time.monotonic() - started
@@ -109,11 +109,11 @@ async def test_a_step_is_durable_within_the_window(db: Path) -> None:
 async def test_the_turn_bound_flushes_without_waiting(db: Path) -> None:
     config = CONFIG.replace(write_behind_ms=10_000, write_behind_turns=5)
     async with shortterm.open(store=f"sqlite:///{db}", config=config) as memory:
-        for _ in range(5):
-            await capture(memory)  # the first is cold (written through), four are buffered
-        assert counter(db) == 1
+        for _ in range(4):
+            await capture(memory)  # buffered
+        assert counter(db) is None
         await capture(memory)  # the fifth buffered: this capture pays for the flush
-        assert counter(db) == 6
+        assert counter(db) == 5
         assert memory.stats()["write_behind_flushes"] == 1
 
 
@@ -124,10 +124,10 @@ async def test_the_turn_bound_flushes_without_waiting(db: Path) -> None:
 async def test_durable_reads_and_acknowledged_writes_flush_first(
     memory: shortterm.Memory, db: Path, read: str
 ) -> None:
-    await capture(memory, user="u2")  # cold: written through
-    await capture(memory)  # cold user scope: written through
-    await capture(memory)  # buffered
-    assert memory.stats()["write_behind_pending"] == 2
+    await capture(memory, user="u2")
+    await capture(memory)
+    await capture(memory)
+    assert memory.stats()["write_behind_pending"] == 4  # coalesced per scope and triggerer
     if read == "find_rows":
         rows = await memory.find_rows(channel_id=C)
         assert {r.key.owner_id for r in rows} == {G, U, "u2"}
@@ -154,16 +154,83 @@ async def test_off_awaits_every_capture(db: Path) -> None:
         assert counter(db) == 1
 
 
-async def test_a_scope_the_hot_tier_does_not_hold_is_written_through(
-    memory: shortterm.Memory, db: Path
+async def test_a_cold_scope_is_written_through_once_another_connection_committed(
+    db: Path,
 ) -> None:
-    assert memory.cache.complete  # even so: another process may have written the row
-    await capture(memory)
-    assert counter(db) == 1  # cold: awaited, its durable row mirrored
-    await capture(memory)
-    assert counter(db) == 1  # held now: buffered
-    await memory.flush()
-    assert counter(db) == 2
+    url = f"sqlite:///{db}"
+    async with (
+        shortterm.open(store=url, config=CONFIG) as a,
+        shortterm.open(store=url, config=CONFIG) as b,
+    ):
+        await capture(a, user="u2")
+        assert counter(db, ScopeKey.user("u2", C, P)) is None  # deferred: nobody else wrote
+        await b.configure_server("g9", shortterm.ServerSettings())  # any commit of b's
+        await capture(a)  # its user scope is cold: b may have written its row
+        assert counter(db, ScopeKey.user(U, C, P)) == 0  # awaited, and the server scope
+        assert counter(db) == 1  # with it (one statement); the first step is still buffered
+        await capture(a)  # both held now: buffered
+        assert counter(db) == 1
+        await a.flush()
+        assert counter(db) == 3
+
+
+async def test_a_cold_scope_whose_row_was_private_is_written_through(db: Path) -> None:
+    """The row of a channel that was private keeps its flag after a restart (it has no
+    summary, so the open did not load it): a public capture of it must read it back."""
+    url = f"sqlite:///{db}"
+    private = shortterm.ServerSettings(private_channel_ids=frozenset({C}))
+    async with shortterm.open(store=url, config=CONFIG) as memory:
+        await memory.configure_server(G, private)
+        await capture(memory)
+    async with shortterm.open(store=url, config=CONFIG) as memory:
+        await memory.configure_server(G, shortterm.ServerSettings())
+        await capture(memory)
+        assert counter(db) == 2  # written through
+        entry = await memory.get(LIVE)
+        assert entry is not None and entry.private
+
+
+async def test_a_private_write_of_this_process_is_remembered_past_the_hot_entry(
+    db: Path,
+) -> None:
+    clock = FakeClock()
+    private = shortterm.ServerSettings(private_channel_ids=frozenset({C}))
+    url = f"sqlite:///{db}"
+    async with shortterm.open(store=url, config=CONFIG, clock=clock) as memory:
+        await memory.configure_server(G, private)
+        await capture(memory)  # a new private scope: buffered, private in both tiers
+        await memory.configure_server(G, shortterm.ServerSettings())
+        clock.advance(CONFIG.crude_ttl_s + 1)
+        await memory.sweep()  # the hot entry is gone; its durable row stays private
+        assert await memory.get(LIVE) is None
+        await capture(memory)
+        assert counter(db) == 2  # written through: the row's flag came back with it
+        entry = await memory.get(LIVE)
+        assert entry is not None and entry.private
+
+
+async def test_a_deferred_cold_scope_gets_its_stored_counter_with_the_flush(db: Path) -> None:
+    url = f"sqlite:///{db}"
+    async with shortterm.open(store=url, config=CONFIG) as memory:
+        for _ in range(3):
+            await capture(memory)
+    async with shortterm.open(store=url, config=CONFIG) as memory:
+        assert memory.cache.complete and await memory.get(LIVE) is None  # not loaded
+        await capture(memory, user="u9", channel="c9")
+        await memory.flush()  # a first batch (which returns every row it wrote)
+        await capture(memory)  # cold, not private, nobody else wrote: deferred
+        assert counter(db) == 3
+        await memory.flush()
+        assert counter(db) == 4
+        entry = await memory.get(LIVE)
+        assert entry is not None and entry.turns_since_refresh == 4  # the stored count
+
+
+async def test_without_a_hydration_a_cold_scope_is_written_through(db: Path) -> None:
+    async with shortterm.open(store=f"sqlite:///{db}", config=CONFIG, hydrate=False) as m:
+        assert not m.cache.complete
+        await capture(m)
+        assert counter(db) == 1
 
 
 async def test_only_sqlite_under_an_unshared_tier_gets_one(tmp_path: Path) -> None:
@@ -242,10 +309,10 @@ async def test_a_flush_mirrors_the_rows_when_another_process_wrote(db: Path) -> 
         shortterm.open(store=url, config=CONFIG) as a,
         shortterm.open(store=url, config=CONFIG) as b,
     ):
-        await capture(a)  # cold: written through (durable 1)
+        await capture(a)  # new scopes, nobody else wrote: buffered
         await capture(a)  # buffered
-        await a.flush()  # nobody else wrote: nothing to mirror
-        await capture(b)  # b's first: written through (durable 3)
+        await a.flush()  # nobody else wrote: nothing to mirror (durable 2)
+        await capture(b)  # cold for b, and a committed: written through (durable 3)
         await capture(a)  # buffered (a's hot counter: 3)
         await a.flush()  # b committed since: the rows come back and are mirrored
         entry = await a.get(LIVE)

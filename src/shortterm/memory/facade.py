@@ -32,7 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from types import EllipsisType, TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..cache.base import HotTier
 from ..model import (
@@ -67,7 +67,7 @@ from .follower import JournalFollower
 from .health import Health
 from .known_settings import KnownSettings
 from .turn import Turn
-from .write_behind import HoldsScopes, WriteBehind
+from .write_behind import WriteBehind
 
 __all__ = ["Memory", "open"]
 
@@ -131,12 +131,17 @@ class Memory:
         now = self.clock()
         # The position first: whatever is journaled while we load is read again later.
         await self.journal.start()
+        # Read before the hydration: another process committing from here on breaks the
+        # write-behind's proof that the hot tier holds every row it must show.
+        quiet = getattr(self.store, "foreign_epoch", None)
         known = self.known_settings
         known.put_servers(await self.store.server_settings_since(0.0))
         known.put_users(await self.store.user_settings_since(0.0))
         known.checked_at = now
         if hydrate:
             await self._hydrate(now)
+            if self.write_behind is not None and self.cache.complete and quiet is not None:
+                await self.write_behind.prove_whole(quiet)
         if self.config.sweep_interval_s > 0:
             self._sweeper = asyncio.get_running_loop().create_task(
                 self._sweep_forever(), name="shortterm-sweeper"
@@ -431,6 +436,8 @@ class Memory:
             for r in rows
             if r.key.kind == "server" or known.user(r.key.owner_id).privacy is Privacy.NONE
         ]
+        if self.write_behind is not None:
+            self.write_behind.note_private(r.key for r in allowed if r.meta.private)
         written = await self.store.put_rows(allowed, fence=fence)
         self.health.count("fenced_writes", len(allowed) - len(written))
         await self.cache.apply_rows(written, self.clock(), fence)
@@ -491,10 +498,13 @@ class Memory:
         hot tier only (stepping the counter there) and buffers its durable part; a cold scope
         (whose durable row may hold values the hot tier lacks) is written through as above."""
         wb = self.write_behind
-        if wb is not None and not fence.store_down:
-            holds = cast(HoldsScopes, self.cache).holds
-            if all(holds(key, now) for key, _ in scopes):
-                return await self._capture_behind(wb, scopes, meta, increment, fence, now)
+        if wb is not None:
+            if meta.private:
+                wb.note_private(key for key, _ in scopes)
+            if not fence.store_down and not self._unsure:
+                cold = wb.cold_keys([key for key, _ in scopes], meta, now)
+                if cold is not None:
+                    return await self._capture_behind(wb, scopes, meta, increment, fence, now, cold)
         durable: dict[tuple[Any, ...], ScopeRow] | None
         try:
             if fence.store_down:
@@ -537,12 +547,13 @@ class Memory:
         increment: ScopeKey | None,
         fence: WriteFence,
         now: float,
+        cold: frozenset[tuple[str, str, str, str | None]],
     ) -> bool:
         """The hot half of a capture now, the durable half buffered. Every scope is
         buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
         hot = [(key, messages, None) for key, messages in scopes]
         applied = await self.cache.capture_scopes(hot, meta, now, fence, step=increment)
-        if wb.add([key for key, _ in scopes], meta, increment, fence, now):
+        if wb.add([key for key, _ in scopes], meta, increment, fence, now, cold):
             await wb.flush()  # the turn bound: this capture pays for the batch
         if applied < len(hot):
             self.health.count("fenced_writes")
@@ -566,6 +577,8 @@ class Memory:
         tier and read through on their next use, so neither tier is believed over the other.
         """
         await self.flush()  # buffered steps land before a reset, never after it
+        if self.write_behind is not None:
+            self.write_behind.note_private(k for k, meta in scopes if meta and meta.private)
         now = self.clock()
         if fence.store_down:
             raise StoreUnavailable(self.journal.error)

@@ -7,6 +7,13 @@ committed together, in one transaction, when the window (``write_behind_ms``) el
 ``write_behind_turns`` captures are pending, before every acknowledged write, forget and durable
 read, and on close.
 
+A scope the hot tier does not hold (cold) is deferred too while this process can prove that
+its durable row, if any, holds nothing the hot tier would have to show at once: the hot tier
+is complete (every live summary and category row is in it), no other connection has committed
+since the proof began (the store's ``foreign_epoch``), and the row cannot be private unless the
+capture itself is (every private row is known from the open on, and every private write since).
+What such a row may still hold, a counter and names from before, comes back with the flush.
+
 What a crash can lose: the counter steps and scope-row ensures of at most one window. Never an
 acknowledged write (those flush first and are awaited), never a forget: each buffered touch
 keeps its captures' fence (captures are coalesced only at the same journal position), and the
@@ -19,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from ..model import ScopeKey, ScopeMeta, ScopeRow
 from ..model.errors import StoreUnavailable
@@ -52,6 +59,10 @@ class _Pending:
     steps: int
     fence: WriteFence
     now: float
+    cold: bool
+
+
+_NONE_COLD: frozenset[KeyTuple] = frozenset()
 
 
 class WriteBehind:
@@ -74,6 +85,10 @@ class WriteBehind:
         self._task: asyncio.Task[None] | None = None
         self.lost_steps = 0
         self.flushes = 0
+        # The proof that a cold scope may be deferred: the store's foreign_epoch when it
+        # began (None: not proven), and every scope whose durable row may be private.
+        self._quiet_epoch: int | None = None
+        self._private: set[KeyTuple] = set()
 
     @staticmethod
     def applies(memory: Memory) -> bool:
@@ -85,6 +100,38 @@ class WriteBehind:
             and isinstance(memory.cache, HoldsScopes)
             and not memory.cache.shared
         )
+
+    async def prove_whole(self, epoch: int) -> None:
+        """After a hydration that left the hot tier complete: cold scopes may be deferred
+        from now on, while the store's ``foreign_epoch`` stays at ``epoch`` (read before the
+        hydration began, so a commit during it breaks the proof)."""
+        store: Any = self._memory.store  # a BatchTouch, checked by ``applies``
+        self._private = set(await store.private_scope_keys())
+        self._quiet_epoch = epoch
+
+    def note_private(self, keys: Iterable[ScopeKey]) -> None:
+        """Scopes this process is writing a private flag to: from now on their durable row
+        may be private, so a public capture of them is written through."""
+        self._private.update(key.astuple for key in keys)
+
+    def cold_keys(
+        self, keys: Sequence[ScopeKey], meta: ScopeMeta, now: float
+    ) -> frozenset[KeyTuple] | None:
+        """The keys of ``keys`` the hot tier does not hold, when a capture of them may still
+        be deferred; ``None`` when it must be written through."""
+        m = self._memory
+        holds = cast(HoldsScopes, m.cache).holds  # checked by ``applies``
+        cold = [key.astuple for key in keys if not holds(key, now)]
+        if not cold:
+            return _NONE_COLD
+        if (
+            self._quiet_epoch is None
+            or cast(BatchTouch, m.store).foreign_epoch != self._quiet_epoch
+            or not m.cache.complete
+            or (not meta.private and not self._private.isdisjoint(cold))
+        ):
+            return None
+        return frozenset(cold)
 
     @property
     def pending(self) -> int:
@@ -98,9 +145,10 @@ class WriteBehind:
         increment: ScopeKey | None,
         fence: WriteFence,
         now: float,
+        cold: frozenset[KeyTuple] = _NONE_COLD,
     ) -> bool:
-        """Buffer one capture's durable part; True when the turn bound is reached (the
-        caller then flushes)."""
+        """Buffer one capture's durable part (``cold``: the keys the hot tier did not hold);
+        True when the turn bound is reached (the caller then flushes)."""
         live = increment.astuple if increment is not None else None
         triggerer = fence.triggerer
         for key in keys:
@@ -109,9 +157,10 @@ class WriteBehind:
             slot = (kt, triggerer, meta.server_id, meta.parent_channel_id, fence.position)
             p = self._pending.get(slot)
             if p is None:
-                self._pending[slot] = _Pending(key, meta, step, fence, now)
+                self._pending[slot] = _Pending(key, meta, step, fence, now, kt in cold)
             else:
                 p.steps += step
+                p.cold = p.cold or kt in cold
                 # Newest metadata, but the private flag is sticky.
                 p.meta = (
                     dataclasses.replace(meta, private=True)
@@ -165,7 +214,8 @@ class WriteBehind:
             # The mirror is fenced like a read-through: a forget landing meanwhile wins.
             fence = WriteFence(m.journal.head)
             touches = [
-                BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now) for p in batch.values()
+                BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold)
+                for p in batch.values()
             ]
             store: Any = m.store  # a BatchTouch, checked by ``applies``
             try:

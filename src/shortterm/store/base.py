@@ -51,6 +51,7 @@ class BufferedTouch(NamedTuple):
     steps: int
     fence: WriteFence
     now: float
+    cold: bool = False  # the hot tier did not hold the scope: its stored row comes back
 
 
 class TouchedBatch(NamedTuple):
@@ -68,10 +69,19 @@ class BatchTouch(Protocol):
     whose every statement costs the process's one thread). Only such a store gets a
     write-behind; the others keep one awaited :meth:`Store.touch` per capture."""
 
+    foreign_epoch: int
+    """How many times this store has seen that another connection committed (it only grows).
+    While it stays the same, nothing but this process changed what is stored."""
+
     async def touch_batch(self, touches: Sequence[BufferedTouch]) -> TouchedBatch:
         """Apply every touch in one transaction, each fenced as :meth:`Store.touch` fences
         (a touch covered by a forget journaled after its ``fence.position`` is left out,
-        checked atomically with the write)."""
+        checked atomically with the write). The rows come back when another connection
+        committed since the previous batch, and a ``cold`` touch's row whenever it existed
+        before the batch."""
+
+    async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
+        """The key tuples of every stored row whose private flag is set."""
 
 
 class Store(Protocol):

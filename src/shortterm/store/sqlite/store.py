@@ -56,6 +56,9 @@ log = logging.getLogger("shortterm")
 T = TypeVar("T")
 
 
+_REVISION = SCOPE_COLS.split(", ").index("revision")
+
+
 def _touch_row(key: ScopeKey, m: ScopeMeta, steps: int, now: float) -> tuple[Any, ...]:
     """The parameters of one :data:`sql.TOUCH_ROW`: the scope, its metadata, its counter step."""
     return (
@@ -78,8 +81,8 @@ def _touch_row(key: ScopeKey, m: ScopeMeta, steps: int, now: float) -> tuple[Any
 def _args(touches: Sequence[BufferedTouch]) -> list[Any]:
     """The parameters of :data:`sql.TOUCH` rows, each with its own counter step."""
     args: list[Any] = []
-    for key, m, steps, _fence, now in touches:
-        args += _touch_row(key, m, steps, now)
+    for t in touches:
+        args += _touch_row(t.key, t.meta, t.steps, t.now)
     return args
 
 
@@ -106,8 +109,10 @@ class SQLiteStore:
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._closed = False
-        self._data_version: int | None = None
-        self._batch_version: int | None = None  # data_version at the last touch_batch
+        self._data_version: int | None = None  # as journal_moved last read it
+        self._seen_version: int | None = None  # as any read of it last found it
+        self.foreign_epoch = 0
+        self._batch_epoch: int | None = None  # foreign_epoch at the last touch_batch
         self._wal = WalWatch(self.path)
         self._wal_seen: bytes | None = None
         self.unscrubbed_forgets = 0  # forgets whose WAL could not be truncated at once
@@ -224,9 +229,9 @@ class SQLiteStore:
 
         def run() -> TouchedBatch:
             with self._tx() as db:
-                version = db.execute("PRAGMA data_version").fetchone()[0]
-                others = version != self._batch_version
-                self._batch_version = version
+                self._saw_version(db.execute("PRAGMA data_version").fetchone()[0])
+                others = self.foreign_epoch != self._batch_epoch
+                self._batch_epoch = self.foreign_epoch
                 # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one
                 # read of the journal's end tells which touches no forget can cover (the
                 # sequence table keeps the largest number ever issued, even after pruning).
@@ -240,8 +245,18 @@ class SQLiteStore:
                 rows: list[ScopeRow] = []
                 for start in range(0, len(kept), sql.BATCH_TOUCH_ROWS):
                     chunk = kept[start : start + sql.BATCH_TOUCH_ROWS]
-                    found = db.execute(sql.touch_rows(len(chunk), others), _args(chunk))
-                    rows.extend(map(scope_row, found))
+                    cold = {t.key.astuple for t in chunk if t.cold}
+                    found = db.execute(
+                        sql.touch_rows(len(chunk), others or bool(cold)), _args(chunk)
+                    )
+                    if others:
+                        rows.extend(map(scope_row, found))
+                    elif cold:
+                        # Only a row that existed before (its revision grew past a fresh
+                        # insert's 1) holds what the hot tier lacks.
+                        rows.extend(
+                            scope_row(r) for r in found if r[_REVISION] > 1 and r[:4] in cold
+                        )
                 return TouchedBatch(len(kept), rows)
 
         if not touches:
@@ -516,7 +531,23 @@ class SQLiteStore:
         self._wal_seen = header
         moved = bool(version != self._data_version)
         self._data_version = version
+        self._saw_version(version)
         return moved
+
+    def _saw_version(self, version: int) -> None:
+        """Count another connection's commit (``foreign_epoch``) the first time any read of
+        ``PRAGMA data_version`` shows it; our own commits never change the value."""
+        if version != self._seen_version:
+            if self._seen_version is not None:
+                self.foreign_epoch += 1
+            self._seen_version = version
+
+    async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
+        return self._fetch(
+            "private scope read",
+            "SELECT kind, owner_id, channel_id, persona_id FROM scopes WHERE private = 1",
+            (),
+        )
 
     async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
         rows = self._fetch(
