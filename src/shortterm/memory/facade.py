@@ -32,7 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from types import EllipsisType, TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..cache.base import HotTier
 from ..model import (
@@ -60,7 +60,7 @@ from ..model.fence import (
 )
 from ..model.rows import HydrationSink, HydrationSource
 from ..model.text import clean_text, truncate
-from ..store.base import Store
+from ..store.base import BatchTouch, Store
 from ..tool.slug import slugify
 from . import admin
 from .follower import JournalFollower
@@ -576,16 +576,27 @@ class Memory:
         ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
         tier and read through on their next use, so neither tier is believed over the other.
         """
-        await self.flush()  # buffered steps land before a reset, never after it
-        if self.write_behind is not None:
-            self.write_behind.note_private(k for k, meta in scopes if meta and meta.private)
+        wb = self.write_behind
+        if wb is not None:
+            wb.note_private(k for k, meta in scopes if meta and meta.private)
         now = self.clock()
         if fence.store_down:
+            await self.flush()
             raise StoreUnavailable(self.journal.error)
         try:
-            rows = await self.store.write_distilled(
-                scopes, change, reset_counter=reset_counter, now=now, fence=fence
-            )
+            if wb is None:
+                rows = await self.store.write_distilled(
+                    scopes, change, reset_counter=reset_counter, now=now, fence=fence
+                )
+            else:
+                # The buffered touches commit in the same transaction, first: their steps
+                # land before a reset, never after it.
+                store = cast(BatchTouch, self.store)
+                rows = await wb.commit_with(
+                    lambda touches: store.write_distilled_after(
+                        touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
+                    )
+                )
         except StoreUnavailable as exc:
             if exc.maybe_applied:
                 # It may have landed: the next read of these scopes asks the durable tier

@@ -24,11 +24,12 @@ flush refuses a touch a later forget covers, atomically with the write (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from ..model import ScopeKey, ScopeMeta, ScopeRow
 from ..model.errors import StoreUnavailable
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["HoldsScopes", "WriteBehind"]
 
 log = logging.getLogger("shortterm")
+
+T = TypeVar("T")
 
 KeyTuple = tuple[str, str, str, str | None]
 
@@ -201,43 +204,99 @@ class WriteBehind:
         tier when another process wrote meanwhile. A failure is counted and logged, never
         raised: those steps were never acknowledged, and nothing else is lost."""
         if not self._pending:
-            return  # the usual case before an acknowledged write: nothing to wait for
+            return  # the usual case before a forget or a durable read: nothing to wait for
         async with self._lock:
             if not self._pending:
                 return
-            batch, steps = self._pending, self._steps
-            self._pending, self._steps, self._turns = {}, {}, 0
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            m = self._memory
-            # The mirror is fenced like a read-through: a forget landing meanwhile wins.
-            fence = WriteFence(m.journal.head)
-            touches = [
-                BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold)
-                for p in batch.values()
-            ]
-            store: Any = m.store  # a BatchTouch, checked by ``applies``
+            with contextlib.suppress(StoreUnavailable):  # counted and logged by _commit
+                await self._commit(self._touch_alone)
+
+    async def commit_with(
+        self, write: Callable[[Sequence[BufferedTouch]], Awaitable[tuple[TouchedBatch, T]]]
+    ) -> T:
+        """Run an acknowledged write that commits every buffered touch in its own transaction
+        (one commit for both, the touches first), and return what it returns. When it fails,
+        the touches are committed alone (the write's own trouble must not cost them) and the
+        failure is raised."""
+        async with self._lock:
+            if not self._pending:
+                done, result = await write(())
+                return result
+            touches, fence = self._take()
             try:
-                done: TouchedBatch = await store.touch_batch(touches)
-            except StoreUnavailable as exc:
-                lost = sum(steps.values())
-                self.lost_steps += lost
-                m.health.failed("write-behind flush", exc)
-                log.warning(
-                    "shortterm lost %d buffered counter steps (%d scopes): %s",
-                    lost,
-                    len(touches),
-                    exc,
-                )
-                return
-            m.health.ok()
-            self.flushes += 1
-            if done.written < len(touches):
-                m.health.count("fenced_writes", len(touches) - done.written)
-            if done.rows:
-                # Another process wrote meanwhile: its counter steps and sticky flags too.
-                await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
+                done, result = await write(touches)
+            except StoreUnavailable:
+                with contextlib.suppress(StoreUnavailable):  # counted and logged there
+                    await self._commit(self._touch_alone, (touches, fence))
+                raise
+            await self._settled(touches, done, fence)
+            return result
+
+    async def _touch_alone(self, touches: Sequence[BufferedTouch]) -> tuple[TouchedBatch, None]:
+        store = cast(BatchTouch, self._memory.store)  # checked by ``applies``
+        return await store.touch_batch(touches), None
+
+    def _take(self) -> tuple[list[BufferedTouch], WriteFence]:
+        """Empty the buffer into touches, with the fence their rows are mirrored at (taken
+        before they are written: a forget landing meanwhile wins); under ``_lock``."""
+        batch = self._pending
+        self._pending, self._turns = {}, 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        touches = [
+            BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold) for p in batch.values()
+        ]
+        return touches, WriteFence(self._memory.journal.head)
+
+    async def _commit(
+        self,
+        write: Callable[[Sequence[BufferedTouch]], Awaitable[tuple[TouchedBatch, T]]],
+        taken: tuple[list[BufferedTouch], WriteFence] | None = None,
+    ) -> T:
+        """Hand the buffer's touches (or those ``taken`` already) to ``write``; under
+        ``_lock``. A failure loses their steps: counted, logged and raised."""
+        touches, fence = taken if taken is not None else self._take()
+        try:
+            done, result = await write(touches)
+        except StoreUnavailable as exc:
+            lost = sum(t.steps for t in touches)
+            self.lost_steps += lost
+            self._steps_taken(touches)
+            m = self._memory
+            m.health.failed("write-behind flush", exc)
+            log.warning(
+                "shortterm lost %d buffered counter steps (%d scopes): %s", lost, len(touches), exc
+            )
+            raise
+        await self._settled(touches, done, fence)
+        return result
+
+    async def _settled(
+        self, touches: Sequence[BufferedTouch], done: TouchedBatch, fence: WriteFence
+    ) -> None:
+        """After ``touches`` committed: the hot tier mirrors what other processes wrote."""
+        m = self._memory
+        self._steps_taken(touches)
+        m.health.ok()
+        self.flushes += 1
+        if done.written < len(touches):
+            m.health.count("fenced_writes", len(touches) - done.written)
+        if done.rows:
+            # Another process wrote meanwhile (or a cold scope had a row): mirror it.
+            await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
+
+    def _steps_taken(self, touches: Sequence[BufferedTouch]) -> None:
+        """The touches' steps are no longer pending (committed, or lost)."""
+        steps = self._steps
+        for t in touches:
+            if t.steps:
+                kt = t.key.astuple
+                left = steps.get(kt, 0) - t.steps
+                if left > 0:
+                    steps[kt] = left
+                else:
+                    steps.pop(kt, None)
 
     async def close(self) -> None:
         """Flush what is buffered and wait for a flush in progress."""

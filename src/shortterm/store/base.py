@@ -80,6 +80,19 @@ class BatchTouch(Protocol):
         committed since the previous batch, and a ``cold`` touch's row whenever it existed
         before the batch."""
 
+    async def write_distilled_after(
+        self,
+        touches: Sequence[BufferedTouch],
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+        fence: WriteFence | None = None,
+    ) -> tuple[TouchedBatch, list[ScopeRow]]:
+        """:meth:`touch_batch` then :meth:`Store.write_distilled`, in one transaction: an
+        acknowledged write commits the buffered touches with it (one commit, not two)."""
+
     async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
         """The key tuples of every stored row whose private flag is set."""
 

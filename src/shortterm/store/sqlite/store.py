@@ -224,44 +224,45 @@ class SQLiteStore:
     async def touch_batch(self, touches: Sequence[BufferedTouch]) -> TouchedBatch:
         """A write-behind's flush: every buffered touch in one transaction (one commit, one
         WAL append). The rows come back (in no promised order) only when another connection
-        committed since our previous batch: otherwise they hold nothing the caller does not
-        know, and building and mirroring them was two thirds of a flush's cost."""
+        committed since our previous batch (otherwise they hold nothing the caller does not
+        know, and building and mirroring them was two thirds of a flush's cost), and a cold
+        touch's row when it existed before."""
+        if not touches:
+            return TouchedBatch(0, [])
 
         def run() -> TouchedBatch:
             with self._tx() as db:
-                self._saw_version(db.execute("PRAGMA data_version").fetchone()[0])
-                others = self.foreign_epoch != self._batch_epoch
-                self._batch_epoch = self.foreign_epoch
-                # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one
-                # read of the journal's end tells which touches no forget can cover (the
-                # sequence table keeps the largest number ever issued, even after pruning).
-                found = db.execute(sql.JOURNAL_END).fetchone()
-                head = int(found[0]) if found else 0
-                kept = [
-                    t
-                    for t in touches
-                    if t.fence.position >= head or not journal.fenced(db, t.key, t.meta, t.fence)
-                ]
-                rows: list[ScopeRow] = []
-                for start in range(0, len(kept), sql.BATCH_TOUCH_ROWS):
-                    chunk = kept[start : start + sql.BATCH_TOUCH_ROWS]
-                    cold = {t.key.astuple for t in chunk if t.cold}
-                    found = db.execute(
-                        sql.touch_rows(len(chunk), others or bool(cold)), _args(chunk)
-                    )
-                    if others:
-                        rows.extend(map(scope_row, found))
-                    elif cold:
-                        # Only a row that existed before (its revision grew past a fresh
-                        # insert's 1) holds what the hot tier lacks.
-                        rows.extend(
-                            scope_row(r) for r in found if r[_REVISION] > 1 and r[:4] in cold
-                        )
-                return TouchedBatch(len(kept), rows)
+                return self._touch_in(db, touches)
 
-        if not touches:
-            return TouchedBatch(0, [])
         return self._guard("write-behind flush", run)
+
+    def _touch_in(self, db: sqlite3.Connection, touches: Sequence[BufferedTouch]) -> TouchedBatch:
+        """The buffered touches, inside a write transaction the caller holds."""
+        self._saw_version(db.execute("PRAGMA data_version").fetchone()[0])
+        others = self.foreign_epoch != self._batch_epoch
+        self._batch_epoch = self.foreign_epoch
+        # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one read
+        # of the journal's end tells which touches no forget can cover (the sequence table
+        # keeps the largest number ever issued, even after pruning).
+        found = db.execute(sql.JOURNAL_END).fetchone()
+        head = int(found[0]) if found else 0
+        kept = [
+            t
+            for t in touches
+            if t.fence.position >= head or not journal.fenced(db, t.key, t.meta, t.fence)
+        ]
+        rows: list[ScopeRow] = []
+        for start in range(0, len(kept), sql.BATCH_TOUCH_ROWS):
+            chunk = kept[start : start + sql.BATCH_TOUCH_ROWS]
+            cold = {t.key.astuple for t in chunk if t.cold}
+            written = db.execute(sql.touch_rows(len(chunk), others or bool(cold)), _args(chunk))
+            if others:
+                rows.extend(map(scope_row, written))
+            elif cold:
+                # Only a row that existed before (its revision grew past a fresh insert's 1)
+                # holds what the hot tier lacks.
+                rows.extend(scope_row(r) for r in written if r[_REVISION] > 1 and r[:4] in cold)
+        return TouchedBatch(len(kept), rows)
 
     async def write_distilled(
         self,
@@ -272,6 +273,43 @@ class SQLiteStore:
         now: float,
         fence: fencing.WriteFence | None = None,
     ) -> list[ScopeRow]:
+        def run() -> list[ScopeRow]:
+            with self._tx() as db:
+                return self._distilled_in(db, scopes, change, reset_counter, now, fence)
+
+        return self._guard("distilled write", run)
+
+    async def write_distilled_after(
+        self,
+        touches: Sequence[BufferedTouch],
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+        fence: fencing.WriteFence | None = None,
+    ) -> tuple[TouchedBatch, list[ScopeRow]]:
+        """:meth:`touch_batch` then :meth:`write_distilled`, in one transaction."""
+
+        def run() -> tuple[TouchedBatch, list[ScopeRow]]:
+            with self._tx() as db:
+                done = self._touch_in(db, touches) if touches else TouchedBatch(0, [])
+                return done, self._distilled_in(db, scopes, change, reset_counter, now, fence)
+
+        return self._guard("distilled write", run)
+
+    def _distilled_in(
+        self,
+        db: sqlite3.Connection,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        reset_counter: ScopeKey | None,
+        now: float,
+        fence: fencing.WriteFence | None,
+    ) -> list[ScopeRow]:
+        """The distilled write inside a write transaction the caller holds: the fence check,
+        every scope's upsert and the journal entries that let other processes pick it up."""
+
         def params_for(
             key: ScopeKey, meta: ScopeMeta | None, current: Mapping[str, str]
         ) -> dict[str, Any]:
@@ -292,28 +330,21 @@ class SQLiteStore:
             return p
 
         statement = sql.UPSERT if fence is None else sql.FENCED_UPSERT
-
-        def run() -> list[ScopeRow]:
-            # One transaction: the fence check, every scope's upsert and the journal entries
-            # that let other processes pick the change up.
-            with self._tx() as db:
-                out = []
-                for key, meta in scopes:
-                    current: Mapping[str, str] = {}
-                    if change.categories is not None and not change.replace_categories:
-                        cur = db.execute(
-                            f"SELECT categories FROM scopes WHERE {sql.KEY_WHERE}", key_args(key)
-                        ).fetchone()
-                        current = json.loads(cur[0]) if cur else {}
-                    r = db.execute(statement, params_for(key, meta, current)).fetchone()
-                    if r is not None:
-                        out.append(scope_row(r, key))
-                if fence is not None:
-                    for row in out:
-                        journal.append_edit(db, row.key, now)
-                return out
-
-        return self._guard("distilled write", run)
+        out = []
+        for key, meta in scopes:
+            current: Mapping[str, str] = {}
+            if change.categories is not None and not change.replace_categories:
+                cur = db.execute(
+                    f"SELECT categories FROM scopes WHERE {sql.KEY_WHERE}", key_args(key)
+                ).fetchone()
+                current = json.loads(cur[0]) if cur else {}
+            r = db.execute(statement, params_for(key, meta, current)).fetchone()
+            if r is not None:
+                out.append(scope_row(r, key))
+        if fence is not None:
+            for row in out:
+                journal.append_edit(db, row.key, now)
+        return out
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         def run() -> ScopeRow | None:
