@@ -77,9 +77,10 @@ def touch_rows(n: int, returning: bool) -> str:
     return bare
 
 
-# The journal's end: the largest sequence number ever issued (AUTOINCREMENT keeps it), so no
-# fence row can be newer, whatever was pruned.
-JOURNAL_END = "SELECT seq FROM sqlite_sequence WHERE name = 'journal'"
+# The fence's end: the newest forget a write could be covered by (the fence_seq index reads it
+# without a scan). Edits and settings changes are journaled too but fence nothing, so they do
+# not move it. A pruned fence row covers nothing any more, here as in the full check.
+FENCE_END = "SELECT MAX(seq) FROM fence"
 
 # The fenced capture: the same upsert, each row kept only while no forget journaled after the
 # write's position covers one of its targets (up to MAX_TARGETS per row, NULL-padded). One
@@ -90,9 +91,9 @@ FENCED_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?" + ", ?" * MAX_TARGETS +
 FENCED_TOUCH = (
     f"INSERT INTO scopes AS s ({_TOUCH_COLS}) "
     f"SELECT {', '.join(f'v.column{i}' for i in range(1, 15))} FROM (VALUES {{rows}}) AS v "
-    # Nothing journaled after the position (the usual case): the journal's end, read once
-    # per statement, decides it without a look at the fence rows.
-    f"WHERE COALESCE(({JOURNAL_END}), 0) <= ? "
+    # No forget after the position (the usual case): the fence's end, read once per
+    # statement, decides it without a look at the fence rows.
+    f"WHERE COALESCE(({FENCE_END}), 0) <= ? "
     "OR NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > ? "
     f"AND f.target IN ({_TARGET_COLS})) {_TOUCH_ON_CONFLICT}"
 )

@@ -242,10 +242,8 @@ class SQLiteStore:
         others = self.foreign_epoch != self._batch_epoch
         self._batch_epoch = self.foreign_epoch
         # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one read
-        # of the journal's end tells which touches no forget can cover (the sequence table
-        # keeps the largest number ever issued, even after pruning).
-        found = db.execute(sql.JOURNAL_END).fetchone()
-        head = int(found[0]) if found else 0
+        # of the fence's end tells which touches no forget can cover.
+        head = db.execute(sql.FENCE_END).fetchone()[0] or 0
         kept = [
             t
             for t in touches
