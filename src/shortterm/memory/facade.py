@@ -2,8 +2,8 @@
 
 Everything acknowledged is written through and awaited: when a method returns, its write is
 committed. A capture's own durable part (scope rows, counter step) may be buffered by a
-write-behind (SQLite under the in-process tier, see write_behind.py), which is flushed before
-every acknowledged write, forget and durable read. Reads hit the hot tier; a miss reads
+write-behind (SQLite under the in-process tier, see write_behind.py), which is committed with
+or before every acknowledged write, and before every forget and durable read. Reads hit the hot tier; a miss reads
 through the durable tier unless the hot tier knows it is complete. Settings are cached in
 the process. Every forget, settings change and distilled write is journaled; before a call
 returns, the process applies what others journaled (a cheap check when nothing moved), and
@@ -197,8 +197,8 @@ class Memory:
 
     async def flush(self) -> None:
         """Commit the captures' buffered durable work now (the write-behind's scope rows and
-        counter steps, see ``Config.write_behind_ms``). Every acknowledged write, forget,
-        durable read and :meth:`close` does this first; a no-op when nothing is buffered or
+        counter steps, see ``Config.write_behind_ms``). Every acknowledged write (a distilled
+        one in its own transaction), forget, durable read and :meth:`close` does this first; a no-op when nothing is buffered or
         there is no write-behind. A failure is counted (``lost_counter_steps``), not raised."""
         if self.write_behind is not None:
             await self.write_behind.flush()

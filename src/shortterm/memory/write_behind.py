@@ -4,8 +4,9 @@ On SQLite every statement runs on the process's one thread, and a capture's upse
 its cost. With an unshared hot tier that already mirrors a scope, the capture writes the hot
 tier (stepping the counter there) and leaves its durable part here; the buffered touches are
 committed together, in one transaction, when the window (``write_behind_ms``) elapses, when
-``write_behind_turns`` captures are pending, before every acknowledged write, forget and durable
-read, and on close.
+``write_behind_turns`` captures are pending, inside every acknowledged distilled write's own
+transaction (``commit_with``), before every other acknowledged write, forget and durable read,
+and on close.
 
 A scope the hot tier does not hold (cold) is deferred too while this process can prove that
 its durable row, if any, holds nothing the hot tier would have to show at once: the hot tier
@@ -15,7 +16,8 @@ capture itself is (every private row is known from the open on, and every privat
 What such a row may still hold, a counter and names from before, comes back with the flush.
 
 What a crash can lose: the counter steps and scope-row ensures of at most one window. Never an
-acknowledged write (those flush first and are awaited), never a forget: each buffered touch
+acknowledged write (those commit the buffer first, or with themselves, and are awaited),
+never a forget: each buffered touch
 keeps its captures' fence (captures are coalesced only at the same journal position), and the
 flush refuses a touch a later forget covers, atomically with the write (see
 ``BatchTouch.touch_batch``).
