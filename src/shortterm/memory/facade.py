@@ -1,14 +1,14 @@
 """The memory facade: composes a hot tier and a durable tier behind the public API.
 
 Everything acknowledged is written through and awaited: when a method returns, its write is
-committed. A capture's own durable part (scope rows, counter step) may be buffered by a
-write-behind (SQLite under the in-process tier, see write_behind.py), which is committed with
-or before every acknowledged write, and before every forget and durable read. Reads hit the hot tier; a miss reads
-through the durable tier unless the hot tier knows it is complete. Settings are cached in
-the process. Every forget, settings change and distilled write is journaled; before a call
-returns, the process applies what others journaled (a cheap check when nothing moved), and
-every write is fenced at the journal position it began at, so no write in flight undoes a
-forget (docs/design.md, "Forgetting").
+committed. A capture's own durable part (scope rows, counter step) may be buffered by a write-behind
+(SQLite under the in-process tier, see write_behind.py), which is committed with or before every
+acknowledged write, and before every forget and durable read. Reads hit the hot tier; a miss reads
+through the durable tier unless the hot tier knows it is complete. Settings are cached in the
+process. Every forget, settings change and distilled write is journaled; before a call returns, the
+process applies what others journaled (a cheap check when nothing moved), and every write is fenced
+at the journal position it began at, so no write in flight undoes a forget (docs/design.md,
+"Forgetting").
 
 Longer than our other modules on purpose: it is the one boundary every read, write and forget
 passes, and they share one state (journal position, unsure scopes, settings). What stands
@@ -196,10 +196,11 @@ class Memory:
         await self.store.close()
 
     async def flush(self) -> None:
-        """Commit the captures' buffered durable work now (the write-behind's scope rows and
-        counter steps, see ``Config.write_behind_ms``). Every acknowledged write (a distilled
-        one in its own transaction), forget, durable read and :meth:`close` does this first; a no-op when nothing is buffered or
-        there is no write-behind. A failure is counted (``lost_counter_steps``), not raised."""
+        """Commit the captures' buffered durable work now (the write-behind's scope rows and counter
+        steps, see ``Config.write_behind_ms``). Every acknowledged write (a distilled one in its own
+        transaction), forget, durable read and :meth:`close` does this first; a no-op when nothing
+        is buffered or there is no write-behind. A failure is counted (``lost_counter_steps``), not
+        raised."""
         if self.write_behind is not None:
             await self.write_behind.flush()
 

@@ -41,13 +41,13 @@ class Config:
     evicted; durable values are read back on the next miss). ``sweep_interval_s=0`` turns the
     background sweeper off (``memory.sweep()`` still works).
 
-    ``write_behind_ms`` and ``write_behind_turns`` bound the write-behind of a capture's
-    durable part (its scope rows and cadence counter step) on a SQLite store with the
-    in-process hot tier: buffered touches are committed together at most that many
-    milliseconds, or that many captures, after the first of them, with every acknowledged
-    write (in its transaction), and before every forget and durable read. A crash loses at most that window of
-    counter steps, never an acknowledged write. ``write_behind_ms=0`` awaits every capture's
-    durable part, as the other backends always do.
+    ``write_behind_ms`` and ``write_behind_turns`` bound the write-behind of a capture's durable
+    part (its scope rows and cadence counter step) on a SQLite store with the in-process hot tier:
+    buffered touches are committed together at most that many milliseconds, or that many captures,
+    after the first of them, with every acknowledged write (in its transaction), and before every
+    forget and durable read. A crash loses at most that window of counter steps, never an
+    acknowledged write. ``write_behind_ms=0`` awaits every capture's durable part, as the other
+    backends always do.
     """
 
     max_messages: int = 10
