@@ -3,7 +3,8 @@
 The workload of ``shortterm bench`` (``bench.core.Workload``): 50 servers × 20 channels, 5,000
 users, nine messages of history. 2,000 turns are captured first (by shortterm, or by the floor
 for the floor phases); then ``--ops`` operations of one phase run: ``ctx`` (``turn.context()``),
-``cap`` (``turn.capture`` on the in-process tier with the ``memory://`` store), ``floorctx``,
+``cap`` (``turn.capture`` on the in-process tier with the ``memory://`` store), ``capsql``
+(the same on a SQLite file, the embedded default, with its write-behind), ``floorctx``,
 ``floorcap``, or ``hist`` (building the messages only, which the capture phases include). Run
 each phase under callgrind with N and 2N operations; the difference divided by N is one
 operation, start-up and population cancelled out::
@@ -20,15 +21,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
+from pathlib import Path
 
 from shortterm.bench.core import T0, Floor, Workload
 from shortterm.cache.inprocess import InProcessCache
+from shortterm.memory import open as open_memory
 from shortterm.memory.facade import Memory
 from shortterm.model import Message
 from shortterm.model.config import Config
 from shortterm.store.reference import ReferenceStore
+from shortterm.store.sqlite import SQLiteStore
 
-PHASES = ("ctx", "cap", "floorctx", "floorcap", "hist")
+PHASES = ("ctx", "cap", "capsql", "floorctx", "floorcap", "hist")
 
 
 async def main(phase: str, ops: int, population: int = 2000) -> None:
@@ -39,8 +44,13 @@ async def main(phase: str, ops: int, population: int = 2000) -> None:
         max_entries=cfg.max_entries,
         max_bytes=cfg.max_bytes,
     )
-    memory = Memory(store=ReferenceStore(), cache=cache, config=cfg, clock=lambda: T0)
-    cache.set_complete(True)
+    if phase == "capsql":
+        tmp = tempfile.TemporaryDirectory()
+        store = SQLiteStore(Path(tmp.name) / "count.db")
+        memory = await open_memory(store, cache, config=cfg, clock=lambda: T0)
+    else:
+        memory = Memory(store=ReferenceStore(), cache=cache, config=cfg, clock=lambda: T0)
+        cache.set_complete(True)
     work, floor = Workload(), Floor()
     plan = [work.turn() for _ in range(population)]
     for t in plan:
@@ -65,6 +75,7 @@ async def main(phase: str, ops: int, population: int = 2000) -> None:
             floor.capture(t, [*history, Message("assistant", reply.text, at=T0)])
         else:
             await memory.turn(**t).capture(history=history, replies=[reply])
+    await memory.close()
 
 
 if __name__ == "__main__":
