@@ -196,7 +196,7 @@ async def main(store_url: str, cache_url: str, jitter_seed: str | None) -> None:
 
             async def no_fence(triggerer: str | None = None) -> WriteFence:
                 await memory.journal.follow()
-                return WriteFence(10**15, triggerer)
+                return WriteFence(2**62, triggerer)
 
             memory.begin_write = no_fence  # type: ignore[method-assign]
         began = Began()

@@ -162,7 +162,7 @@ async def test_the_race_finds_a_disabled_fence(tmp_path: Path) -> None:
 
         async def no_fence(triggerer: str | None = None) -> WriteFence:
             await memory.journal.follow()
-            return WriteFence(10**15, triggerer)  # no forget can ever cover such a write
+            return WriteFence(2**62, triggerer)  # no forget can ever cover such a write
 
         memory.begin_write = no_fence  # type: ignore[method-assign]
         bad, _ = await _resurrections(memory, b, 100, seed=99)

@@ -165,7 +165,7 @@ def _unfenced_flush() -> Iterator[None]:
     original = SQLiteStore.touch_batch
 
     async def unfenced(self: SQLiteStore, touches: list[BufferedTouch]) -> Any:
-        never = [t._replace(fence=t.fence.__class__(10**15, t.fence.triggerer)) for t in touches]
+        never = [t._replace(fence=t.fence.__class__(2**62, t.fence.triggerer)) for t in touches]
         return await original(self, never)
 
     SQLiteStore.touch_batch = unfenced  # type: ignore[method-assign]

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.fence import WriteFence
 
-__all__ = ["HotTier"]
+__all__ = ["HotTier", "PrivateTier"]
 
 
 class HotTier(Protocol):
@@ -131,3 +131,15 @@ class HotTier(Protocol):
 
     async def close(self) -> None:
         """Release the tier's resources (idempotent)."""
+
+
+@runtime_checkable
+class PrivateTier(Protocol):
+    """A hot tier that lives in one process (the in-process tier): it follows the other
+    processes' forgets through the journal, so when the journal has a gap it cannot prove
+    what it holds and must be able to let go of all of it. A shared tier never needs this:
+    the forgetting process changes it itself."""
+
+    async def drop_all(self) -> int:
+        """Drop every entry (not the fence's tombstones) and become incomplete; returns how
+        many entries were dropped."""

@@ -23,7 +23,13 @@ from types import MappingProxyType
 from typing import Any
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
-from ..model.fence import JOURNAL_RETENTION_S, WriteFence, scope_targets, user_target
+from ..model.fence import (
+    EVERY_TARGET,
+    JOURNAL_RETENTION_S,
+    WriteFence,
+    scope_targets,
+    user_target,
+)
 from ..model.rows import HydrationRow, hydration_scope_row
 
 __all__ = ["InProcessCache"]
@@ -452,6 +458,8 @@ class InProcessCache:
         self, key: ScopeKey, server_id: str | None, parent: str | None, fence: WriteFence
     ) -> bool:
         tombs, position = self._tombs, fence.position
+        if tombs.get(EVERY_TARGET, 0) > position:
+            return True  # the journal had a gap after it began (see JournalFollower)
         targets = scope_targets(key, server_id, parent, fence.triggerer)
         return any(tombs.get(t, 0) > position for t in targets)
 
@@ -675,6 +683,15 @@ class InProcessCache:
         doomed = list(self._by_owner.get((kind, owner_id), ()))
         for kt in doomed:
             self._remove(kt, "invalidations")
+        return len(doomed)
+
+    async def drop_all(self) -> int:
+        """Drop every entry: the tier can no longer prove what it holds (a journal gap).
+        It is incomplete afterwards, so reads go to the durable tier until it is reloaded."""
+        doomed = list(self._entries)
+        for kt in doomed:
+            self._remove(kt, "invalidations")
+        self.set_complete(False)
         return len(doomed)
 
     async def forget_user_target(self, target: str, now: float) -> int:

@@ -110,7 +110,7 @@ class Memory:
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
-        self.journal = JournalFollower(self)
+        self.journal = JournalFollower(self, self._hydrate)
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[tuple[str, str, str, str | None]] = set()
         self.hydration_s = 0.0
@@ -186,6 +186,7 @@ class Memory:
         if self._closed:
             return
         self._closed = True
+        await self.journal.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,30 +7,44 @@ nothing moved); a write is fenced at that position, so only what comes later can
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
+from ..cache.base import PrivateTier
 from ..model import ScopeKey
 from ..model.errors import StoreUnavailable
-from ..model.fence import JournalEntry, WriteFence
+from ..model.fence import EVERY_TARGET, JournalEntry, WriteFence
 
 if TYPE_CHECKING:
     from .facade import Memory
 
-__all__ = ["JournalFollower"]
+__all__ = ["DEGRADED_FOLLOW_WAIT_S", "JournalFollower"]
+
+log = logging.getLogger("shortterm")
 
 _JOURNAL_PAGE = 1000
+
+# While the durable tier is failing, how long a call waits for its journal read before it goes
+# on degraded (the read continues in the background): the bound an outage adds to a call.
+DEGRADED_FOLLOW_WAIT_S = 0.25
 
 
 class JournalFollower:
     """The journal position of one ``Memory``: every forget and settings change up to
     ``head`` is reflected in this process (hot tier, tombstones, settings)."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, reload: Callable[[float], Awaitable[None]]) -> None:
         # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
         self._memory = memory
+        self._reload = reload  # loads the durable rows into an emptied private hot tier
         self.head = 0
         self.behind = False  # a journal read failed: read it on the next call
         self.error = ""  # why the last journal read failed
+        self.gaps = 0  # journal gaps met: times the private hot tier was dropped and reloaded
+        self._probe: asyncio.Task[bool] | None = None  # a journal read while degraded
 
     async def start(self) -> None:
         """Take the journal's current end as our position, and the current state as seen."""
@@ -41,40 +55,77 @@ class JournalFollower:
     async def follow(self) -> bool:
         """Apply what other processes journaled since our position. Costs a cheap check
         (SQLite's WAL-index header, a PostgreSQL NOTIFY flag) unless something moved. Returns
-        False when the durable tier is failing: nothing is read then (a call waits for a dead
-        server once, not twice), our position stays, and a write fenced at it can only be
-        dropped too often, never resurrect anything; the journal is read once it is back."""
+        False when the durable tier is failing: our position stays, and a write fenced at it
+        can only be dropped too often, never resurrect anything; the journal is read once it
+        is back."""
         m = self._memory
         if m.health.degraded:
-            # Known to be failing: don't wait for it here too. The call's own durable work
-            # finds out whether it is back (and then the journal is read on the next call).
-            self.behind = True
-            return True
+            return await self._follow_degraded()
         try:
             if m.store.journal_moved() or self.behind:
                 self.behind = True
                 await self.catch_up()
                 self.behind = False
         except StoreUnavailable as exc:
-            self.error = str(exc)
-            m.health.count("journal_errors")
-            m.health.failed("journal read", exc, counted=False)
+            self._failed(exc)
             return False
         return True
+
+    def _failed(self, exc: StoreUnavailable) -> None:
+        self.error = str(exc)
+        self._memory.health.count("journal_errors")
+        self._memory.health.failed("journal read", exc, counted=False)
+
+    async def _follow_degraded(self) -> bool:
+        """A process that knows the durable tier failed still reads the journal before it
+        answers: one that only reads would otherwise never learn the tier is back, and would
+        serve what others forgot meanwhile. The read is waited for at most
+        ``DEGRADED_FOLLOW_WAIT_S`` (a dead server costs each call that much, not its whole
+        timeout); a slower read goes on in the background and the call proceeds degraded."""
+        self.behind = True
+        probe = self._probe
+        if probe is None or probe.done():
+            probe = self._probe = asyncio.get_running_loop().create_task(
+                self._probe_journal(), name="shortterm-journal-probe"
+            )
+        try:
+            return await asyncio.wait_for(asyncio.shield(probe), DEGRADED_FOLLOW_WAIT_S)
+        except TimeoutError:
+            return False
+
+    async def _probe_journal(self) -> bool:
+        try:
+            await self.catch_up()
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            return False
+        self.behind = False
+        self._memory.health.ok()  # the journal answered: the durable tier is back
+        return True
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._probe
 
     async def catch_up(self, own: int | None = None) -> None:
         """Apply every journal entry after our position. ``own``: the sequence of an entry
         this process wrote and already applied (a purge's scan of every entry need not run
-        twice)."""
+        twice). A ``pruned`` entry newer than our position means entries we never applied
+        are gone: a private hot tier is then dropped and reloaded (see :meth:`_gap`)."""
         m = self._memory
+        gap = False
         while True:
             entries = await m.store.journal_since(self.head, limit=_JOURNAL_PAGE)
             if not entries:
-                return
+                break
             now = m.clock()
             reload = False
             for entry in entries:
-                if entry.seq != own:
+                if entry.kind == "pruned":
+                    gap |= _missed(entry, self.head)
+                elif entry.seq != own:
                     reload |= await self._apply(entry, now)
             if reload:
                 await self._reload_settings()
@@ -82,7 +133,28 @@ class JournalFollower:
             self.head = max(self.head, entries[-1].seq)
             m.health.count("journal_entries", len(entries))
             if len(entries) < _JOURNAL_PAGE:
-                return
+                break
+        if gap:
+            await self._gap()
+
+    async def _gap(self) -> None:
+        """Entries we never applied were pruned (or the journal was created anew): what they
+        forgot cannot be known. A private hot tier fences every write that began before now,
+        drops everything it holds (crude messages included: nothing proves them innocent),
+        and reloads the durable rows; settings are re-read whatever the tier."""
+        m = self._memory
+        self.gaps += 1
+        log.warning(
+            "shortterm missed pruned journal entries (position %d): reloading the hot tier",
+            self.head,
+        )
+        cache = m.cache
+        if not cache.shared and isinstance(cache, PrivateTier):
+            now = m.clock()
+            await cache.record_forget(self.head, [EVERY_TARGET], now)
+            await cache.drop_all()
+            await self._reload(now)
+        await self._reload_settings()
 
     async def _apply(self, entry: JournalEntry, now: float) -> bool:
         """Reflect one journal entry here; returns whether settings must be reloaded."""
@@ -127,3 +199,12 @@ class JournalFollower:
             self.head = seq  # no other entry can lie between: nothing else to apply
         elif self.head < seq:
             await self.catch_up(own=seq)
+
+
+def _missed(entry: JournalEntry, head: int) -> bool:
+    """Whether a ``pruned`` entry deleted an entry after ``head`` (one we never applied)."""
+    try:
+        through = int(entry.subject[0] or "")
+    except (IndexError, ValueError):
+        return True  # unreadable: assume the worst
+    return through > head

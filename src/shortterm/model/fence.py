@@ -25,6 +25,7 @@ from typing import Literal
 from . import ScopeKey
 
 __all__ = [
+    "EVERY_TARGET",
     "JOURNAL_RETENTION_S",
     "JournalEntry",
     "JournalKind",
@@ -37,9 +38,15 @@ __all__ = [
 ]
 
 # How long journal entries and fence rows are kept: far longer than any write stays in flight
-# and than any hot value lives (summaries expire after a day by default), so a follower that
-# missed a pruned entry can only hold values that have expired anyway.
+# and than any hot value lives (summaries expire after a day by default). The store's own
+# figure: a caller's data retention (``janitor``) never shortens it. A follower whose position
+# is older than what was pruned learns it from the ``pruned`` entry the prune journals.
 JOURNAL_RETENTION_S = 7 * 86400.0
+
+# The target every write carries implicitly: a prune (or a journal created anew) fences it, so
+# a write that began before it (and may have missed fence rows that are gone now) is refused.
+# Not a digest (those are hex), so it names nothing else.
+EVERY_TARGET = "*"
 
 
 JournalKind = Literal[
@@ -49,6 +56,9 @@ JournalKind = Literal[
     "user_settings",  # a user's settings changed: subject ()
     "server_settings",  # a server's settings changed: subject (server_id,)
     "edit",  # a distilled write (tool, admin edit, import): subject = the scope key
+    # Entries up to subject[0] (a sequence, as text) were deleted, or never existed here (a
+    # journal created anew): a follower whose position is older cannot know what it missed.
+    "pruned",
 ]
 
 

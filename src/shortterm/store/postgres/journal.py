@@ -12,10 +12,11 @@ from contextlib import suppress
 
 import psycopg
 
+from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S
 from .connection import Conn, Pool
 from .values import jsonb, one
 
-__all__ = ["JournalListener", "append"]
+__all__ = ["JournalListener", "append", "prune"]
 
 
 async def append(
@@ -41,6 +42,21 @@ async def append(
             (seq, now, list(targets)),
         )
     return seq
+
+
+async def prune(conn: Conn, t: str, now: float) -> int | None:
+    """Delete the journal entries and fence rows older than the journal's retention, and
+    journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every
+    write that began before it (it may have missed fence rows that are gone). Inside the
+    caller's forget transaction. Returns its sequence, or None when nothing was old enough."""
+    horizon = now - JOURNAL_RETENTION_S
+    cur = await conn.execute(f"SELECT MAX(seq) FROM {t}journal WHERE at < %s", (horizon,))
+    through = one(await cur.fetchone())[0]
+    if through is None:
+        return None
+    await conn.execute(f"DELETE FROM {t}journal WHERE at < %s", (horizon,))
+    await conn.execute(f"DELETE FROM {t}fence WHERE at < %s", (horizon,))
+    return await append(conn, t, "pruned", [str(through)], [EVERY_TARGET], now)
 
 
 class JournalListener:

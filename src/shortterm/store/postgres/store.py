@@ -23,7 +23,7 @@ from ...model.errors import ConfigError, StoreUnavailable
 from ...model.keys import Privacy, ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ...model.settings import ServerSettings, UserSettings
-from ..base import JOURNAL_RETENTION_S, Forgotten
+from ..base import Forgotten
 from ..sql_common import SCOPE_COLS, key_args, user_settings
 from . import journal, schema, sql
 from . import settings as settings_sql
@@ -511,15 +511,15 @@ class PostgresStore:
         return forgotten.rows
 
     async def janitor(self, *, untouched_since: float) -> int:
-        t = self._t
-        horizon = max(untouched_since, time.time() - JOURNAL_RETENTION_S)
         async with self._tx("janitor") as conn:
             cur = await conn.execute(
-                f"DELETE FROM {t}scopes WHERE updated_at < %s", (untouched_since,)
+                f"DELETE FROM {self._t}scopes WHERE updated_at < %s", (untouched_since,)
             )
-            await conn.execute(f"DELETE FROM {t}journal WHERE at < %s", (horizon,))
-            await conn.execute(f"DELETE FROM {t}fence WHERE at < %s", (horizon,))
-            return cur.rowcount
+            deleted = cur.rowcount
+        # The journal keeps its own retention, whatever the rows' (see journal.prune).
+        async with self._forget_tx("journal prune") as conn:
+            await journal.prune(conn, self._t, time.time())
+        return deleted
 
     # -- the journal ----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from ...model import ScopeKey, ScopeMeta
-from ...model.fence import WriteFence
+from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S, WriteFence
 from .values import padded_targets
 
 
@@ -32,6 +32,20 @@ def append(
     return seq
 
 
+def prune(db: sqlite3.Connection, now: float) -> int | None:
+    """Delete the journal entries and fence rows older than the journal's retention, and
+    journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every
+    write that began before it (it may have missed fence rows that are gone). Returns its
+    sequence, or None when nothing was old enough."""
+    horizon = now - JOURNAL_RETENTION_S
+    through = db.execute("SELECT MAX(seq) FROM journal WHERE at < ?", (horizon,)).fetchone()[0]
+    if through is None:
+        return None
+    db.execute("DELETE FROM journal WHERE at < ?", (horizon,))
+    db.execute("DELETE FROM fence WHERE at < ?", (horizon,))
+    return append(db, "pruned", [str(through)], [EVERY_TARGET], now)
+
+
 def append_edit(db: sqlite3.Connection, key: ScopeKey, now: float) -> int:
     owner = key.owner_id if key.kind == "user" else None
     return append(db, "edit", key.astuple, (), now, subject_user=owner)
@@ -42,6 +56,7 @@ def fenced(
 ) -> bool:
     """Whether a forget journaled after ``fence`` covers this write (inside its transaction)."""
     targets = [t for t in padded_targets(key, meta, fence.triggerer) if t is not None]
+    targets.append(EVERY_TARGET)
     marks = ", ".join("?" * len(targets))
     found = db.execute(
         f"SELECT 1 FROM fence WHERE seq > ? AND target IN ({marks}) LIMIT 1",

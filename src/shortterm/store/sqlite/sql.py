@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+from ...model.fence import EVERY_TARGET
 from ..sql_common import SCOPE_COLS, key_where, server_upsert
 
 # One upsert serves capture and tool writes alike. Metadata given as NULL means "unknown,
@@ -95,7 +96,7 @@ FENCED_TOUCH = (
     # statement, decides it without a look at the fence rows.
     f"WHERE COALESCE(({FENCE_END}), 0) <= ? "
     "OR NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > ? "
-    f"AND f.target IN ({_TARGET_COLS})) {_TOUCH_ON_CONFLICT}"
+    f"AND f.target IN ('{EVERY_TARGET}', {_TARGET_COLS})) {_TOUCH_ON_CONFLICT}"
 )
 FENCED_TOUCH_BY_ROWS = {
     n: FENCED_TOUCH.format(rows=", ".join([FENCED_ROW] * n)) for n in (1, 2, 3, 4)
@@ -104,7 +105,7 @@ _TARGET_PARAMS = ", ".join(f":t{i}" for i in range(MAX_TARGETS))
 FENCED_UPSERT = UPSERT.replace("VALUES (", "SELECT ", 1).replace(
     ":now, :now)\nON CONFLICT",
     ":now, :now\nWHERE NOT EXISTS (SELECT 1 FROM fence AS f WHERE f.seq > :fence "
-    f"AND f.target IN ({_TARGET_PARAMS}))\nON CONFLICT",
+    f"AND f.target IN ('{EVERY_TARGET}', {_TARGET_PARAMS}))\nON CONFLICT",
     1,
 )
 assert FENCED_UPSERT.count("NOT EXISTS") == 1

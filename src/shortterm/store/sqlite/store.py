@@ -32,7 +32,7 @@ from ...model.rows import (
 )
 from ...model.settings import ServerSettings, UserSettings
 from .. import migrations
-from ..base import JOURNAL_RETENTION_S, BufferedTouch, Forgotten, TouchedBatch
+from ..base import BufferedTouch, Forgotten, TouchedBatch
 from ..sql_common import SCOPE_COLS, key_args, user_settings
 from ..wal_watch import WalWatch
 from . import journal, sql
@@ -533,10 +533,8 @@ class SQLiteStore:
         def run() -> int:
             with self._tx() as db:
                 n = db.execute("DELETE FROM scopes WHERE updated_at < ?", (untouched_since,))
-                # The journal only has to outlive a follower's lag and a write in flight.
-                horizon = max(untouched_since, time.time() - JOURNAL_RETENTION_S)
-                db.execute("DELETE FROM journal WHERE at < ?", (horizon,))
-                db.execute("DELETE FROM fence WHERE at < ?", (horizon,))
+                # The journal keeps its own retention, whatever the rows' (see journal.prune).
+                journal.prune(db, time.time())
                 return n.rowcount
 
         return self._guard("janitor", run)
