@@ -9,6 +9,7 @@ forget made "eight days ago" is one the janitor prunes at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -83,9 +84,13 @@ async def handle(memory: shortterm.Memory, clock: Clock, cmd: dict[str, Any]) ->
     raise ValueError(f"unknown op {op!r}")
 
 
-async def main(store_url: str, cache_url: str, write_behind_ms: str = "50") -> None:
+async def main(
+    store_url: str, cache_url: str, write_behind_ms: str = "50", ttl_s: str = ""
+) -> None:
     clock = Clock()
     config = shortterm.Config(sweep_interval_s=0, write_behind_ms=int(write_behind_ms))
+    if ttl_s:
+        config = dataclasses.replace(config, crude_ttl_s=int(ttl_s), summary_ttl_s=int(ttl_s))
     async with shortterm.open(
         store=store_url, cache=cache_url, config=config, clock=clock
     ) as memory:

@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 import sqlite3
 import time
 import uuid
@@ -98,6 +100,25 @@ async def test_a_write_that_began_before_a_prune_is_refused(store_url: str) -> N
         assert await writer.find_rows(channel_id="c1") == []
 
 
+async def test_a_process_paused_longer_than_the_ttls_serves_nothing_expired(
+    store_url: str,
+) -> None:
+    """SIGSTOP longer than both TTLs (1 s here): the first read after SIGCONT finds nothing
+    live, although no sweep ran while the process was stopped."""
+    bot = await _worker(store_url, "50", "1")
+    turn = {"user": "u1", "channel": "c1", "server": "g1"}
+    try:
+        await bot.call("capture", text="said-x", summary="kept-x", **turn)
+        assert "kept-x" in await bot.call("get", **turn)
+        os.kill(bot.proc.pid, signal.SIGSTOP)
+        await asyncio.sleep(1.5)
+        os.kill(bot.proc.pid, signal.SIGCONT)
+        assert await bot.call("get", **turn) == ""
+        assert "x" not in await bot.call("context", user="u1", channel="c2", server="g1")
+    finally:
+        await bot.stop()
+
+
 # -- a degraded process ------------------------------------------------------------------
 
 
@@ -111,10 +132,13 @@ async def _stale_reads_after_clear(bot: Worker, clearer: Worker, channel: str, t
     return stale
 
 
-async def test_a_degraded_sqlite_process_still_follows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("write_behind_ms", ["0", "50"])
+async def test_a_degraded_sqlite_process_still_follows(tmp_path: Path, write_behind_ms: str) -> None:
+    """With write-through captures, the capture fails on the locked file; with the
+    write-behind, the capture's buffered flush fails, then another process clears: a failed
+    flush followed by a forget brings nothing back, in the hot tier or in the rows."""
     path = tmp_path / "shared.db"
-    # Write-through captures (no write-behind) fail fast on a locked file.
-    bot = await _worker(f"sqlite:///{path}?busy_timeout_ms=50", "0")
+    bot = await _worker(f"sqlite:///{path}?busy_timeout_ms=50", write_behind_ms)
     clearer = await _worker(f"sqlite:///{path}")
     stale = []
     try:
@@ -123,11 +147,14 @@ async def test_a_degraded_sqlite_process_still_follows(tmp_path: Path) -> None:
             await bot.call("capture", text="hello", summary=f"kept-{i}-x", **turn)
             locker = sqlite3.connect(path, isolation_level=None)
             locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-            await bot.call("capture", text="again", user="u1", channel=f"d{i}", server="g1")
+            await bot.call("capture", text="again", **turn)
+            await asyncio.sleep(0.3)  # the write-behind's window passes; its flush fails
             assert (await bot.call("stats"))["degraded"]
             locker.execute("ROLLBACK")
             locker.close()
             stale.append(await _stale_reads_after_clear(bot, clearer, f"c{i}", f"kept-{i}-x"))
+        async with shortterm.open(store=f"sqlite:///{path}") as reader:
+            assert await reader.find_rows(user_id="u1") == []
     finally:
         await bot.stop()
         await clearer.stop()
