@@ -133,7 +133,9 @@ async def _stale_reads_after_clear(bot: Worker, clearer: Worker, channel: str, t
 
 
 @pytest.mark.parametrize("write_behind_ms", ["0", "50"])
-async def test_a_degraded_sqlite_process_still_follows(tmp_path: Path, write_behind_ms: str) -> None:
+async def test_a_degraded_sqlite_process_still_follows(
+    tmp_path: Path, write_behind_ms: str
+) -> None:
     """With write-through captures, the capture fails on the locked file; with the
     write-behind, the capture's buffered flush fails, then another process clears: a failed
     flush followed by a forget brings nothing back, in the hot tier or in the rows."""
