@@ -290,22 +290,22 @@ def test_a_lone_surrogate_in_any_string_field(
     baseline = _call(sidecar, method, template, example)
     echoed = _strings(strict_json(baseline))
     answer = _call(sidecar, method, template, _with(example, path, "\udc00"))
-    problem = strict_json(answer)
+    answered = strict_json(answer)
     schema = _schema_at(body["schema"], path)
     # A provider message's role is a fixed word too, one the document cannot state.
     fixed_word = "enum" in schema or "const" in schema or path[0::2] == ("messages", "role")
     if schema.get("pattern") == ID_PATTERN:
         assert answer.status_code == 422, answer.text
-        assert problem["field"] == _field(path)
-        assert "no lone surrogates" in problem["detail"]
+        assert answered["field"] == _field(path)
+        assert "no lone surrogates" in answered["detail"]
     elif fixed_word:
         assert answer.status_code == 422, answer.text
-        assert problem["field"] == _field(path)
+        assert answered["field"] == _field(path)
     else:
         assert answer.status_code == baseline.status_code, answer.text
         value = _at(example, path)
         if value in echoed:
-            assert value + "\ufffd" in _strings(problem), answer.text
+            assert value + "\ufffd" in _strings(answered), answer.text
 
 
 def test_a_lone_surrogate_in_a_key_is_named_as_u_fffd(sidecar: httpx.Client) -> None:
