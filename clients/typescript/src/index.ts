@@ -129,7 +129,22 @@ export class ShortTermConnectionError extends Error {
 type Method = "GET" | "POST" | "PUT" | "DELETE";
 type Query = Record<string, string | number | undefined>;
 
-const seg = (id: string): string => encodeURIComponent(id);
+// A lone surrogate has no UTF-8 form: encodeURIComponent throws a URIError on it, and
+// URLSearchParams would send U+FFFD instead, which names another id. It goes as its three
+// WTF-8 bytes, and the sidecar refuses a path or query that is not UTF-8 (422, like an id with
+// one in a JSON body), so the failure is a ShortTermError as every other.
+const PIECES = /\p{Cs}|\P{Cs}+/gu;
+
+function percentEncode(value: string): string {
+  return value.replace(PIECES, (piece) => {
+    const unit = piece.charCodeAt(0);
+    if (piece.length > 1 || unit < 0xd800 || unit > 0xdfff) return encodeURIComponent(piece);
+    const bytes = [0xe0 | (unit >> 12), 0x80 | ((unit >> 6) & 0x3f), 0x80 | (unit & 0x3f)];
+    return bytes.map((b) => `%${b.toString(16).toUpperCase()}`).join("");
+  });
+}
+
+const seg = percentEncode;
 
 function isProblem(value: unknown): value is Problem {
   if (typeof value !== "object" || value === null) return false;
@@ -167,11 +182,10 @@ export class ShortTermClient {
     options: { body?: unknown; query?: Query; turnId?: string } = {},
   ): Promise<T> {
     let target = this.baseUrl + path;
-    const params = new URLSearchParams();
-    for (const [name, value] of Object.entries(options.query ?? {})) {
-      if (value !== undefined) params.set(name, String(value));
-    }
-    if ([...params].length > 0) target += `?${params}`;
+    const params = Object.entries(options.query ?? {})
+      .filter(([, value]) => value !== undefined)
+      .map(([name, value]) => `${percentEncode(name)}=${percentEncode(String(value))}`);
+    if (params.length > 0) target += `?${params.join("&")}`;
     const headers: Record<string, string> = { Accept: "application/json" };
     if (this.#token !== undefined) headers.Authorization = `Bearer ${this.#token}`;
     let body: string | undefined;

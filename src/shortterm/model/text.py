@@ -16,6 +16,7 @@ __all__ = [
     "clean_text",
     "drop_invisible",
     "is_boundary",
+    "replace_surrogates",
     "strip_controls",
     "truncate",
 ]
@@ -23,6 +24,7 @@ __all__ = [
 # NUL is refused by PostgreSQL text and lone surrogates cannot be encoded as UTF-8 at all, so
 # both become U+FFFD: the text stays storable everywhere and visibly marks what was replaced.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
 
 # C0 and C1 controls except tab and newline, DEL, bidi embeddings/overrides/isolates (they can
@@ -103,6 +105,18 @@ def clean_text(text: str) -> str:
     if text.isascii() and "\x00" not in text:
         return text
     return _UNSTORABLE.sub(_REPLACEMENT, text)
+
+
+def replace_surrogates(text: str) -> str:
+    """Return ``text`` with lone surrogates replaced by U+FFFD, and nothing else changed: what
+    a JSON ``"\\ud800"`` escape decodes to in Python, made encodable as UTF-8."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")  # several times faster than searching for a surrogate
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(_REPLACEMENT, text)
+    return text
 
 
 def strip_controls(text: str, *, keep_newlines: bool = True) -> str:

@@ -14,7 +14,8 @@
     anything else                             500  internal_error      (no details leak)
 
 Each answer is a :class:`~shortterm.sidecar.schemas.Problem` JSON body, encoded as ASCII so
-that no input echoed in a message can make the response itself fail to encode.
+that no input echoed in a message can make the response itself fail to encode, and with lone
+surrogates replaced (an echoed ``\\ud800`` escape is valid JSON, but strict parsers refuse it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from starlette.routing import compile_path
 
 from ..model.errors import InvalidInput, ShortTermError, StoreUnavailable
 from .schemas import Problem
+from .schemas.base import valid_json
 
 __all__ = ["NotFound", "install_error_handlers", "openapi_errors", "problem_response"]
 
@@ -52,7 +54,7 @@ def problem_response(
     errors: Sequence[Mapping[str, str]] = (),
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    body = {"code": code, "detail": detail, "field": field, "errors": list(errors)}
+    body = valid_json({"code": code, "detail": detail, "field": field, "errors": list(errors)})
     return Response(
         json.dumps(body).encode(), status, headers=headers, media_type="application/json"
     )
@@ -81,7 +83,11 @@ async def _validation(request: Request, exc: Exception) -> Response:
             return problem_response(
                 422, "invalid_json", f"the body is not valid JSON: {reason}", field="body"
             )
-        errors.append({"field": field_name(error.get("loc", ())), "message": str(error["msg"])})
+        message = str(error["msg"])
+        if error.get("type") == "string_unicode":
+            # A lone surrogate where only fixed words are allowed (text and ids say it their way).
+            message = "Input should be valid Unicode (it holds a lone surrogate)"
+        errors.append({"field": field_name(error.get("loc", ())), "message": message})
     first = errors[0] if errors else {"field": "body", "message": "invalid"}
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
     return problem_response(422, "invalid_input", detail, field=first["field"], errors=errors)

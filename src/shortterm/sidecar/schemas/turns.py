@@ -14,6 +14,7 @@ from .base import (
     Epoch,
     Format,
     Id,
+    JSONObject,
     MessagesFormat,
     Name,
     NonBlank,
@@ -88,7 +89,7 @@ class TurnStart(StrictModel):
     max_tokens: Tokens | None = Field(
         None, description="Bound the context items and the nudge to this many tokens."
     )
-    messages: list[dict[str, Any]] | None = Field(
+    messages: list[JSONObject] | None = Field(
         None,
         description="The prompt about to be sent, in the provider's own shape "
         "(`messages_format`). When given, the answer's `messages` is this list with the "
@@ -213,7 +214,7 @@ class ToolCallIn(StrictModel):
     model_config = with_examples(TOOL_CALL_EXAMPLE)
 
     name: Text
-    arguments: dict[str, Any] | Text
+    arguments: JSONObject | Text
 
 
 class ToolResultOut(BaseModel):
