@@ -40,8 +40,9 @@ MARKERS = [
     "'); DROP TABLE scopes; --",
     "🏳️‍🌈", "e\u0301", "\t", "\x1b[31m", "］", "＜|",
 ]  # fmt: skip
-# Text of every kind: surrogates included (Hypothesis leaves them out by default).
-any_char = st.characters(exclude_categories=())
+# Text of every kind, lone surrogates included: Hypothesis leaves them out by default, and an
+# empty ``exclude_categories`` means the default, so they are drawn on their own too.
+any_char = st.one_of(st.characters(), st.characters(categories=["Cs"]))
 hostile_text = st.one_of(
     st.lists(st.one_of(st.sampled_from(MARKERS), st.text(any_char, max_size=12)), max_size=10).map(
         "".join
