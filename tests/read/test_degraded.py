@@ -10,6 +10,7 @@ import pytest
 import shortterm
 from shortterm import Config, ScopeKey, ServerSettings, StoreUnavailable
 from shortterm.model import ScopeKind
+from shortterm.model.fence import JournalEntry
 from shortterm.store.base import ScopeRow
 from shortterm.store.sqlite import SQLiteStore
 from tests.read.helpers import block, context_of, say, upgrade
@@ -36,6 +37,10 @@ class FlakyStore(SQLiteStore):
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         self._check()
         return await super().server_settings_since(since)
+
+    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+        self._check()
+        return await super().journal_since(seq, limit=limit)
 
 
 async def test_an_outage_renders_what_the_hot_tier_holds(

@@ -29,7 +29,7 @@ _JOURNAL_PAGE = 1000
 
 # While the durable tier is failing, how long a call waits for its journal read before it goes
 # on degraded (the read continues in the background): the bound an outage adds to a call.
-DEGRADED_FOLLOW_WAIT_S = 0.25
+DEGRADED_FOLLOW_WAIT_S = 0.1
 
 
 class JournalFollower:
@@ -80,18 +80,21 @@ class JournalFollower:
         """A process that knows the durable tier failed still reads the journal before it
         answers: one that only reads would otherwise never learn the tier is back, and would
         serve what others forgot meanwhile. The read is waited for at most
-        ``DEGRADED_FOLLOW_WAIT_S`` (a dead server costs each call that much, not its whole
-        timeout); a slower read goes on in the background and the call proceeds degraded."""
+        ``DEGRADED_FOLLOW_WAIT_S``; a read that fails says the tier is down (False: the call
+        skips its durable work). A slower one goes on in the background, and meanwhile calls
+        do not wait for it again: their own durable work finds out whether the tier is back
+        (True), as a hung read may hold a connection that a healed network will not revive."""
         self.behind = True
         probe = self._probe
         if probe is None or probe.done():
             probe = self._probe = asyncio.get_running_loop().create_task(
                 self._probe_journal(), name="shortterm-journal-probe"
             )
-        try:
-            return await asyncio.wait_for(asyncio.shield(probe), DEGRADED_FOLLOW_WAIT_S)
-        except TimeoutError:
-            return False
+            try:
+                return await asyncio.wait_for(asyncio.shield(probe), DEGRADED_FOLLOW_WAIT_S)
+            except TimeoutError:
+                pass
+        return True
 
     async def _probe_journal(self) -> bool:
         try:
