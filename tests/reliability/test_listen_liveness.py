@@ -25,12 +25,12 @@ import statistics
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal, cast
 
 import pytest
 
 import shortterm
-from shortterm import Message, Reply, ScopeKey
+from shortterm import ConfigError, Message, Reply, ScopeKey
 from shortterm.store.postgres import PostgresStore
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Proxy
@@ -234,3 +234,11 @@ async def _pause_round(
     if not in_flight:
         assert kept in seen  # the purged user's words went, the bystander's stayed
     return [token for token in gone if token in seen]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
+def test_a_bad_listen_timeout_is_a_config_error(pg_url: str, value: str) -> None:
+    with pytest.raises(ConfigError, match="listen_timeout_s"):
+        PostgresStore.from_url(with_query(pg_url, listen_timeout_s=value))
+    with pytest.raises(ConfigError, match="listen_timeout_s"):
+        PostgresStore(cast(Any, None), listen_timeout_s=0.0)  # checked before the pool is used
