@@ -188,7 +188,11 @@ class Proxy:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        tasks = list(self._tasks)
-        for task in tasks:
+        # Aborted, the relays end by themselves: Python 3.11 logs a connection handler that
+        # was cancelled instead as an error ("Exception in callback ... connection_made").
+        pending: set[asyncio.Task[None]] = set()
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=2.0)
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP and SIG
 
 G, P = "g1", "p1"
 TIMEOUT_S = 0.5  # listen_timeout_s in these tests (the default is 1 s)
-NOTIFY_SLACK_S = 0.1  # a NOTIFY in flight on a loaded machine: the control rounds' bound
+NOTIFY_SLACK_S = 0.25  # a NOTIFY in flight on a loaded machine (the control rounds: under 50 ms)
 WATCH_S = 2.0  # how long after the clear returned a round waits for the entry to go
 CONFIG = shortterm.Config(sweep_interval_s=0)
 
