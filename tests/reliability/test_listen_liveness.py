@@ -11,6 +11,7 @@ how long the forgotten entry can still be served.
 - Pause: a bot process is stopped (SIGSTOP) while another process clears a channel and purges
   a user, and a capture of the bot is in flight into a third channel that is cleared too. The
   bot's first call after SIGCONT serves none of them.
+- A NOTIFY that arrives while the heartbeat's query runs is not lost.
 
 ``pytest -s`` prints the measured windows.
 """
@@ -24,14 +25,18 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, cast
 
+import psycopg
 import pytest
 
 import shortterm
 from shortterm import ConfigError, Message, Reply, ScopeKey
 from shortterm.store.postgres import PostgresStore
+from shortterm.store.postgres.journal import JournalListener
+from shortterm.store.postgres.values import one
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Proxy
 from tests.support import with_query
@@ -234,6 +239,48 @@ async def _pause_round(
     if not in_flight:
         assert kept in seen  # the purged user's words went, the bystander's stayed
     return [token for token in gone if token in seen]
+
+
+async def test_a_notify_that_arrives_during_a_heartbeat_is_not_lost(
+    pg_url: str, schema: str
+) -> None:
+    """The server holds a notification back while the listening connection runs a query and
+    sends it with the answer; it must still count (psycopg keeps it for ``notifies()``). The
+    heartbeat is made slow, and the journal's end it reads never moves, so only the NOTIFY
+    can say "moved"."""
+    tag = uuid.uuid4().hex[:12]
+    store = PostgresStore.from_url(with_query(pg_url, schema=schema))
+    await store.migrate()
+    listener = JournalListener(
+        store.pool, f"stm_{tag}", f"SELECT 0 /* {tag} */ FROM pg_sleep(0.3)", timeout_s=2.0
+    )
+    busy = (
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+        f"AND query LIKE '%%/* {tag} */%%' AND pid <> pg_backend_pid()"
+    )
+    try:
+        listener.moved()
+        await _until(lambda: listener.alive)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+            for _ in range(3):
+                listener.moved()  # what was announced so far (the first heartbeat)
+                deadline = time.monotonic() + 10
+                while not one(await (await other.execute(busy)).fetchone())[0]:
+                    assert time.monotonic() < deadline, "no heartbeat ran within 10 s"
+                await other.execute(f"SELECT pg_notify('stm_{tag}', '')")
+                await _until(lambda: not listener.alive or listener.moved())
+                assert listener.alive  # the proof held: "moved" came from the notification
+                assert not listener.moved()
+    finally:
+        await listener.close()
+        await store.close()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "not within 10 s"
+        await asyncio.sleep(0.005)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
