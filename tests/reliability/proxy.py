@@ -14,6 +14,12 @@ client and the server, never by stopping the server. Two kinds of cut:
 
 ``restore()`` lets new connections through again; connections held by a blackhole are aborted
 then (their client gave up on them long ago).
+
+``cut_those(marker, mode)`` cuts only the relayed connections whose client has sent ``marker``
+(say ``b"LISTEN"``) and keeps relaying the others: a NAT that forgot one idle flow
+(``blackhole``: that connection stays open and delivers nothing either way, no reset) or one
+connection dropped visibly (``reset``). New connections are relayed, unless ``new_too`` cuts
+them too once they send the marker (until ``restore()``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,22 @@ from typing import Literal
 
 Mode = Literal["reset", "blackhole", "replies"]
 _CHUNK = 1 << 16
+_KEPT = 1 << 16  # what a client sent first is kept, for cut_those to match
+
+
+class _Link:
+    """One relayed connection: its two ends, what its client sent first, whether it is held."""
+
+    def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter | None) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.sent = bytearray()
+        self.held = False  # cut_those(..., "blackhole"): nothing passes any more
+
+    def abort(self) -> None:
+        self.client.transport.abort()
+        if self.upstream is not None:
+            self.upstream.transport.abort()
 
 
 class Proxy:
@@ -32,7 +54,8 @@ class Proxy:
         self.mode: Mode | None = None  # None: relaying
         self.accepted = 0
         self._server: asyncio.Server | None = None
-        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()
+        self._links: set[_Link] = set()
+        self._cutting: dict[bytes, Literal["reset", "blackhole"]] = {}  # cut_those(new_too=True)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> Proxy:
@@ -46,25 +69,43 @@ class Proxy:
 
     @property
     def open_connections(self) -> int:
-        return len(self._pairs)
+        return len(self._links)
 
     def cut(self, mode: Mode = "reset") -> None:
         self.mode = mode
         if mode == "reset":
             self._abort_all()
 
+    def cut_those(
+        self, marker: bytes, mode: Literal["reset", "blackhole"], *, new_too: bool = False
+    ) -> int:
+        """Cut the relayed connections whose client sent ``marker``; how many. With
+        ``new_too``, so are later connections as soon as they send it, until :meth:`restore`."""
+        if new_too:
+            self._cutting[marker] = mode
+        chosen = [link for link in self._links if marker in link.sent and not link.held]
+        for link in chosen:
+            self._cut_link(link, mode)
+        return len(chosen)
+
+    def _cut_link(self, link: _Link, mode: Literal["reset", "blackhole"]) -> None:
+        if mode == "reset":
+            link.abort()
+            self._links.discard(link)
+        else:
+            link.held = True
+
     def restore(self) -> None:
+        self._cutting.clear()
         held = self.mode == "blackhole"
         self.mode = None
         if held:
             self._abort_all()
 
     def _abort_all(self) -> None:
-        for client, upstream in list(self._pairs):
-            client.transport.abort()
-            if upstream is not None:
-                upstream.transport.abort()
-        self._pairs.clear()
+        for link in list(self._links):
+            link.abort()
+        self._links.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -82,23 +123,23 @@ class Proxy:
             writer.transport.abort()
             return
         if self.mode == "blackhole":
-            pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter | None] = (writer, None)
-            self._pairs.add(pair)
+            held = _Link(writer, None)
+            self._links.add(held)
             with contextlib.suppress(ConnectionError, OSError):
                 while await reader.read(_CHUNK):
                     pass  # swallowed: the partition delivers nothing
-            self._pairs.discard(pair)
+            self._links.discard(held)
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.transport.abort()
             return
-        pair = (writer, up_writer)
-        self._pairs.add(pair)
+        link = _Link(writer, up_writer)
+        self._links.add(link)
         pumps = [
-            asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer, to_client=True)),
+            asyncio.create_task(self._pump(link, reader, up_writer)),
+            asyncio.create_task(self._pump(link, up_reader, writer, to_client=True)),
         ]
         self._tasks.update(pumps)
         try:
@@ -110,19 +151,31 @@ class Proxy:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 self._tasks.discard(task)
-            self._pairs.discard(pair)
+            self._links.discard(link)
             writer.transport.abort()
             up_writer.transport.abort()
 
     async def _pump(
-        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, to_client: bool = False
+        self,
+        link: _Link,
+        src: asyncio.StreamReader,
+        dst: asyncio.StreamWriter,
+        *,
+        to_client: bool = False,
     ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while True:
                 data = await src.read(_CHUNK)
                 if not data:
                     return
-                if self.mode == "blackhole":
+                if not to_client and len(link.sent) < _KEPT:
+                    link.sent += data[: _KEPT - len(link.sent)]
+                    for marker, mode in self._cutting.items():
+                        if marker in link.sent and not link.held:
+                            self._cut_link(link, mode)
+                    if link not in self._links:
+                        return  # reset just now
+                if self.mode == "blackhole" or link.held:
                     continue  # a partition: bytes in flight are lost
                 if self.mode == "replies" and to_client:
                     dst.transport.abort()  # the server did the work; its answer is lost
@@ -135,7 +188,11 @@ class Proxy:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        tasks = list(self._tasks)
-        for task in tasks:
+        # Aborted, the relays end by themselves: Python 3.11 logs a connection handler that
+        # was cancelled instead as an error ("Exception in callback ... connection_made").
+        pending: set[asyncio.Task[None]] = set()
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=2.0)
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)

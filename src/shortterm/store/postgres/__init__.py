@@ -25,10 +25,15 @@ operations succeed again within that delay instead of waiting out the back-off.
 Before the pool first opens, one direct connection is tried: an address that refuses
 connections, or a host name that does not resolve, fails at once naming ``host:port``.
 
+One more connection, outside the pool, LISTENs for other processes' journal entries and
+proves itself alive with a heartbeat every third of ``listen_timeout_s``; while it has not
+within that time, every call reads the journal's end itself (see :mod:`.journal`).
+
 URL options (removed before the URL reaches libpq): ``schema`` (tables live in that schema,
 created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s`` (default 30),
-``pool_reconnect_timeout_s`` (default 2), ``operation_timeout_s`` (default 30). Standard libpq
-options such as ``application_name`` or ``connect_timeout`` pass through.
+``pool_reconnect_timeout_s`` (default 2), ``operation_timeout_s`` (default 30),
+``listen_timeout_s`` (default 1). Standard libpq options such as ``application_name`` or
+``connect_timeout`` pass through.
 """
 
 from .store import PostgresStore

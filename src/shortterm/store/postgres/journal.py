@@ -1,14 +1,21 @@
 """The forget journal: appending entries with their fence rows, and hearing of new ones.
 
-Followers learn of a change from NOTIFY on the schema's channel (no polling query), then read
-the journal itself.
+Followers learn of a change from NOTIFY on the schema's channel, then read the journal itself.
+A NOTIFY that never arrives is indistinguishable from no change, so the listening connection
+must also keep proving that it is alive; while it cannot, followers read the journal's end on
+every call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import os
+import socket
+import time
 from collections.abc import Sequence
 from contextlib import suppress
+from typing import Any
 
 import psycopg
 
@@ -17,6 +24,11 @@ from .connection import Conn, Pool
 from .values import jsonb, one
 
 __all__ = ["JournalListener", "append", "prune"]
+
+_monotonic = time.monotonic  # bound once: moved() runs on every call of every process
+_CONNECT_TIMEOUT_S = 5.0
+_BACKOFF_S = 0.05  # after the second failure in a row to prove alive; doubles up to the max
+_BACKOFF_MAX_S = 2.0
 
 
 async def append(
@@ -60,51 +72,131 @@ async def prune(conn: Conn, t: str, now: float) -> int | None:
 
 
 class JournalListener:
-    """One connection LISTENing on the schema's channel, counting what NOTIFY announces, so
-    :meth:`moved` answers without a query (an outage costs no extra wait there)."""
+    """One connection LISTENing on the schema's channel, so that :meth:`moved` answers without
+    a query while that connection is known to deliver.
 
-    def __init__(self, pool: Pool, channel: str) -> None:
+    Known to deliver means *proved alive* within ``timeout_s``: every ``timeout_s / 3`` the
+    connection answers a heartbeat, and an answer proves that every NOTIFY committed before
+    the heartbeat was sent has been received (the server sends them ahead of the answer, and
+    the heartbeat reads the journal's end as well). A connection that dies silently (a NAT or
+    firewall dropping the flow: no reset, no data), one being re-established, and a process
+    paused for longer than ``timeout_s`` all leave the proof stale, and then :meth:`moved`
+    answers True: the caller reads the journal itself, one cheap query. So a forget made
+    elsewhere is applied here at most ``timeout_s`` after it committed, whatever the
+    connection does.
+    """
+
+    def __init__(self, pool: Pool, channel: str, head_sql: str, *, timeout_s: float) -> None:
         self._pool = pool
         self._channel = channel
+        self._head_sql = head_sql  # reads the journal's end: the heartbeat
+        self._timeout_s = timeout_s
         self._task: asyncio.Task[None] | None = None
-        self._heard = 0  # announcements since the last call of moved()
-        self._listening = False
+        self._conn: Conn | None = None  # the listening connection, while one is open
+        self._announced = False  # a change was heard since the last call of moved()
+        self._proved_until = -math.inf  # monotonic: when the last proof was sent + timeout_s
+        self._head: int | None = None  # the journal's end at the last heartbeat
+        self._failures = 0  # connections lost in a row without proving alive
         self._closed = False
 
     def moved(self) -> bool:
-        """True when NOTIFY announced a change since the last call. The listening connection
-        counts one announcement each time it (re)connects, so whatever was journaled while it
-        was away is read then. Starts listening on the first call."""
+        """True when a change was announced since the last call, or when the listening
+        connection has not proved itself alive within ``timeout_s`` (not listening yet,
+        reconnecting, silently dead, or this process was paused). Starts listening on the
+        first call. Alive and nothing announced: one flag read and one clock read."""
+        if self._announced:
+            self._announced = False
+            return True
+        if _monotonic() < self._proved_until:
+            return False
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(
                 self._listen(), name="shortterm-journal-listener"
             )
-        heard, self._heard = self._heard, 0
-        return heard > 0
+        return True
+
+    @property
+    def alive(self) -> bool:
+        """Whether the listening connection proved itself within ``timeout_s``; unlike
+        :meth:`moved`, asking changes nothing."""
+        return _monotonic() < self._proved_until
 
     async def _listen(self) -> None:
-        """Hold one connection LISTENing for journal changes; reconnect after a failure."""
+        """Hold one connection LISTENing. After a failure, reconnect at once if the lost
+        connection had proved itself, else after a growing pause: callers read the journal
+        themselves meanwhile, so there is no hurry."""
         conninfo = self._pool.conninfo
         if not isinstance(conninfo, str):
-            return  # a computed conninfo: journal_moved polls on every call instead
+            return  # a computed conninfo: moved() stays True, every call reads the journal
         while not self._closed:
-            try:
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-                async with conn:
-                    await conn.execute(f'LISTEN "{self._channel}"')
-                    self._heard += 1  # anything committed before LISTEN is read once more
-                    self._listening = True
-                    async for _ in conn.notifies():
-                        self._heard += 1
-            except (psycopg.Error, OSError):
-                pass  # moved() says True meanwhile; try again shortly
-            finally:
-                self._listening = False
-            await asyncio.sleep(0.5)
+            with suppress(psycopg.Error, OSError):  # TimeoutError is an OSError
+                await self._session(conninfo)
+            self._proved_until = -math.inf  # not listening: no call may trust the flag now
+            self._failures += 1
+            if self._failures > 1 and not self._closed:
+                await asyncio.sleep(min(_BACKOFF_S * 2 ** (self._failures - 2), _BACKOFF_MAX_S))
+
+    async def _session(self, conninfo: str) -> None:
+        """One listening connection, from connecting until it fails or we close."""
+        conn = await asyncio.wait_for(
+            psycopg.AsyncConnection.connect(conninfo, autocommit=True),
+            max(_CONNECT_TIMEOUT_S, self._timeout_s),
+        )
+        self._conn = conn
+        try:
+            async with conn:
+                await self._answer(conn, f'LISTEN "{self._channel}"')
+                # Whatever was journaled while we did not listen is read once more.
+                self._announced = True
+                while not self._closed:
+                    await self._prove(conn)
+                    self._failures = 0
+                    # Notifications that arrived during the heartbeat are yielded first.
+                    async for _ in conn.notifies(timeout=self._timeout_s / 3):
+                        self._announced = True
+        finally:
+            self._conn = None
+
+    async def _prove(self, conn: Conn) -> None:
+        """A heartbeat: read the journal's end. Its answer proves every NOTIFY committed
+        before it was sent has arrived; comparing the end as well covers a notification lost
+        while the query ran (psycopg before 3.2.4 dropped those)."""
+        sent = _monotonic()
+        row = await self._answer(conn, self._head_sql)
+        head = None if row is None else int(row[0])
+        if head != self._head:
+            self._head = head
+            self._announced = True
+        self._proved_until = sent + self._timeout_s
+
+    async def _answer(self, conn: Conn, query: str) -> tuple[Any, ...] | None:
+        """Run ``query``; no answer within ``timeout_s`` severs the connection, which fails
+        the wait at once. (Cancelling the wait instead would make psycopg ask the server to
+        cancel the query and wait for it, up to 10 s on a dead connection.)"""
+        timer = asyncio.get_running_loop().call_later(self._timeout_s, _sever, conn)
+        try:
+            cur = await conn.execute(query)
+            return await cur.fetchone() if cur.description is not None else None
+        finally:
+            timer.cancel()
 
     async def close(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
+        task, conn = self._task, self._conn
+        if task is None:
+            return
+        if conn is not None:
+            _sever(conn)  # its pending read fails at once and the task sees _closed
+        else:
+            task.cancel()  # connecting or pausing: nothing in flight to tidy
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+def _sever(conn: Conn) -> None:
+    """Shut the connection's socket down under psycopg, so that a wait on it ends with an
+    error now rather than when TCP gives up (never, on a connection dropped silently)."""
+    with suppress(OSError, psycopg.Error):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        with sock:
+            sock.shutdown(socket.SHUT_RDWR)

@@ -17,6 +17,7 @@ OWN_OPTIONS = (
     "pool_timeout_s",
     "pool_reconnect_timeout_s",
     "operation_timeout_s",
+    "listen_timeout_s",
 )
 
 

@@ -58,11 +58,14 @@ class PostgresStore:
         schema: str | None = None,
         owns_pool: bool = False,
         operation_timeout_s: float = 30.0,
+        listen_timeout_s: float = 1.0,
     ) -> None:
-        if not 0 < operation_timeout_s < float("inf"):
-            raise ConfigError(
-                f"operation_timeout_s={operation_timeout_s!r} must be a positive number of seconds"
-            )
+        for name, value in (
+            ("operation_timeout_s", operation_timeout_s),
+            ("listen_timeout_s", listen_timeout_s),
+        ):
+            if not 0 < value < float("inf"):
+                raise ConfigError(f"{name}={value!r} must be a positive number of seconds")
         if schema is not None and not sql.SCHEMA_NAME.match(schema):
             raise ConfigError(
                 f"schema={schema!r}: use 1-63 letters, digits or underscores, not starting "
@@ -82,7 +85,12 @@ class PostgresStore:
         self._fence_lock = lock_key(f"shortterm.fence:{schema or ''}")
         self._journal_lock = lock_key(f"shortterm.journal:{schema or ''}")
         self._channel = f"stm_{lock_key(schema or 'public') & 0xFFFFFFFFFFFF:x}"
-        self._listener = journal.JournalListener(pool, self._channel)
+        self._listener = journal.JournalListener(
+            pool,
+            self._channel,
+            f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
+            timeout_s=listen_timeout_s,
+        )
         self._put = sql.PUT.format(t=t)
         self._multi: dict[tuple[int, bool, bool], str] = {}
         self._lock_name = f"shortterm.migrate:{schema or ''}"
@@ -104,6 +112,7 @@ class PostgresStore:
         timeout_s = urls.positive_seconds(options, "pool_timeout_s", 30.0, url)
         reconnect_s = urls.positive_seconds(options, "pool_reconnect_timeout_s", 2.0, url)
         operation_timeout_s = urls.positive_seconds(options, "operation_timeout_s", 30.0, url)
+        listen_timeout_s = urls.positive_seconds(options, "listen_timeout_s", 1.0, url)
         if "application_name=" not in conninfo:
             conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
         connect_kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
@@ -122,6 +131,7 @@ class PostgresStore:
             schema=schema or options.get("schema") or None,
             owns_pool=True,
             operation_timeout_s=operation_timeout_s,
+            listen_timeout_s=listen_timeout_s,
         )
         store._first = (conninfo, connect_kwargs)
         return store
@@ -524,9 +534,16 @@ class PostgresStore:
     # -- the journal ----------------------------------------------------------------------
 
     def journal_moved(self) -> bool:
-        """True when NOTIFY announced a change since the last call (see
-        :class:`journal.JournalListener`): no query, so an outage costs no extra wait here."""
+        """True when NOTIFY announced a change since the last call, or when the ``LISTEN``
+        connection has not proved itself alive within ``listen_timeout_s`` (see
+        :class:`journal.JournalListener`). No query: while the listener is alive, a flag."""
         return self._listener.moved()
+
+    @property
+    def listening(self) -> bool:
+        """Whether the ``LISTEN`` connection proved itself alive within ``listen_timeout_s``,
+        so that :meth:`journal_moved` answers from its flag (asking changes nothing)."""
+        return self._listener.alive
 
     async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
         async with self._conn("journal read") as conn:
