@@ -11,14 +11,15 @@
  *
  * Run it from a clone of the repository (`shortterm-client` is not on the npm registry yet):
  *
- *   pip install -e '.[sidecar]'                       # the sidecar, and the fake model
- *   shortterm serve &                                 # http://127.0.0.1:8765, no token on loopback
- *   shortterm fake-model &                            # an offline model: http://127.0.0.1:8800/v1
- *   cd clients/typescript && npm ci && npm run build  # or, in your bot's own project:
- *                                                     #   npm install /path/to/clone/clients/typescript
- *                                                     #   (or the packed dist/shortterm-client-0.1.0.tgz)
- *                                                     #   npm install discord.js openai
+ *   pip install -e '.[sidecar]'    # at the clone's root: the sidecar, and the fake model
+ *   shortterm serve &              # http://127.0.0.1:8765, no token on loopback
+ *   shortterm fake-model &         # an offline model on http://127.0.0.1:8800/v1
+ *   cd clients/typescript && npm ci && npm run build
  *   DISCORD_TOKEN=... node dist/examples/discord-js-bot.js
+ *
+ * In your bot's own project instead: `npm install /path/to/clone/clients/typescript` (built as
+ * above) or the packed tarball `npm install /path/to/clone/dist/shortterm-client-0.1.0.tgz`
+ * (`make dist`), then `npm install discord.js openai`, and copy this file.
  *
  * With a real model: OPENAI_BASE_URL (default http://127.0.0.1:8800/v1, the fake model; for
  * OpenAI itself https://api.openai.com/v1), OPENAI_API_KEY (needed by OpenAI only; a dummy
@@ -113,7 +114,8 @@ export async function runTurn(
   input: TurnInput,
   options: TurnOptions,
 ): Promise<string> {
-  const where = input.serverId === null ? "a direct message" : `#${input.channelName ?? "a channel"}`;
+  const where =
+    input.serverId === null ? "a direct message" : `#${input.channelName ?? "a channel"}`;
   // Other people's lines carry their names; the bot's own do not, so the model does not learn
   // to prefix its answers.
   const prompt: ChatCompletionMessageParam[] = [
@@ -292,7 +294,9 @@ export async function memoryText(
   } else {
     listed = await memory.listServerEntries(place.serverId, filter);
     const settings = await memory.getServerSettings(place.serverId);
-    labels = Object.fromEntries((settings.categories ?? []).map((c) => [slugify(c.label), c.label]));
+    labels = Object.fromEntries(
+      (settings.categories ?? []).map((c) => [slugify(c.label), c.label]),
+    );
   }
   const entry = listed.entries.find((e) => e.key.persona_id === null) ?? null;
   const where = place.channelName ? `#${place.channelName}` : "this conversation";
@@ -351,7 +355,9 @@ const COMMANDS = [
     .setName("refresh")
     .setDescription("Forget what I remember of this channel")
     .setDefaultMemberPermissions(PermissionFlagsBits.ManageMessages),
-  new SlashCommandBuilder().setName("memory").setDescription("Show what I remember of this channel"),
+  new SlashCommandBuilder()
+    .setName("memory")
+    .setDescription("Show what I remember of this channel"),
 ];
 
 async function command(
@@ -403,7 +409,9 @@ export function botSettings(env: NodeJS.ProcessEnv) {
 function historyLimit(raw: string | undefined): number {
   const value = Number(raw || "20");
   if (!Number.isInteger(value) || value < 1 || value > 100) {
-    throw new Error(`BOT_HISTORY must be a whole number from 1 to 100 (what Discord returns at once), not ${raw}`);
+    throw new Error(
+      `BOT_HISTORY must be a whole number from 1 to 100 (what Discord returns at once), not ${raw}`,
+    );
   }
   return value;
 }
@@ -440,7 +448,10 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       console.error(`/${interaction.commandName} failed:`, error);
       if (!interaction.replied) {
         await interaction
-          .reply({ content: "I could not do that just now; please try again.", flags: MessageFlags.Ephemeral })
+          .reply({
+            content: "I could not do that just now; please try again.",
+            flags: MessageFlags.Ephemeral,
+          })
           .catch(() => undefined); // the interaction may have expired meanwhile
       }
     }

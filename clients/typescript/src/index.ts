@@ -71,7 +71,7 @@ export const DEFAULT_MAX_RETRY_DELAY_MS = 5_000;
 export interface ClientOptions {
   /** Where the sidecar listens, e.g. `http://127.0.0.1:8765`. */
   baseUrl: string;
-  /** `SHORTTERM_TOKEN`, sent as `Authorization: Bearer ...` (only needed when the sidecar has one). */
+  /** `SHORTTERM_TOKEN`, sent as `Authorization: Bearer ...`: only when the sidecar has one. */
   token?: string | undefined;
   /** Abort one attempt after this long (default 10,000 ms). */
   timeoutMs?: number;
@@ -82,7 +82,7 @@ export interface ClientOptions {
   maxResponseBytes?: number;
   /** Attempts of a GET, PUT or DELETE answered 503 or 429 (default 3; 1 turns retries off). */
   maxAttempts?: number;
-  /** The longest wait between two attempts (default 5,000 ms); a longer Retry-After is cut to it. */
+  /** The longest wait between attempts (default 5,000 ms); a longer Retry-After is cut to it. */
   maxRetryDelayMs?: number;
   /** Another `fetch` (a test double, a proxy-aware one); the global one by default. */
   fetch?: typeof fetch;
@@ -90,7 +90,7 @@ export interface ClientOptions {
 
 /** What every method takes last. */
 export interface CallOptions {
-  /** Abort the call (and any wait before a retry): it rejects with a {@link ShortTermAbortError}. */
+  /** Ends the call (and any wait before a retry) with a {@link ShortTermAbortError}. */
   signal?: AbortSignal | undefined;
 }
 
@@ -210,7 +210,8 @@ interface Shape<T> {
   check: (value: unknown) => value is T;
 }
 
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 const isStringOrNull = (v: unknown): boolean => v === null || typeof v === "string";
 
 function shape<T>(expected: string, check: (v: Json) => boolean): Shape<T> {

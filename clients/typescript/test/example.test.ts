@@ -100,7 +100,11 @@ describe("the discord.js example", { skip: missingSidecar() || false }, () => {
     };
     const sent: string[] = [];
     const send = async (piece: string) => sent.push(piece);
-    const reply = await runTurn(memory, openai, input, { model: "scripted", botName: "Tomo", send });
+    const reply = await runTurn(memory, openai, input, {
+      model: "scripted",
+      botName: "Tomo",
+      send,
+    });
     assert.equal(reply, REPLY);
     assert.deepEqual(sent, [REPLY]);
     const entry = await memory.getServerEntry(server, input.channelId);
@@ -119,30 +123,46 @@ describe("the discord.js example", { skip: missingSidecar() || false }, () => {
         first.tools.map((t: any) => t.function.name),
         ["update_short_term_memory"],
       );
-      assert.equal(first.messages.at(-1).content, "Ana: so, Saturday hike on the ridge trail at 8?");
+      assert.equal(
+        first.messages.at(-1).content,
+        "Ana: so, Saturday hike on the ridge trail at 8?",
+      );
       assert.match(first.messages[0].content, /\(#plans\)/);
       assert.equal(second.tools, undefined); // one update per turn: no longer offered
       assert.equal(second.messages.at(-1).role, "tool");
     }
 
-    const place = { userId: "111", channelId: input.channelId, channelName: "plans", serverId: server };
+    const place = {
+      userId: "111",
+      channelId: input.channelId,
+      channelName: "plans",
+      serverId: server,
+    };
     const shown = await memoryText(memory, place, "Tomo");
     assert.match(shown, /^\*\*What I remember of #plans\*\*/);
     assert.match(shown, /\*\*Summary\*\* · written just now\n> Ana and Tomo planned/);
     assert.match(shown, /\*\*Recent messages\*\* \(3, oldest first\)/);
     assert.match(shown, /\*\*Tomo\*\*: Saturday at 8, see you there!/);
 
-    assert.match(await refreshText(memory, input.channelId), /^Done: I forgot .* \(2 entries\)\.$/); // shared, and Ana's own
+    // Two entries: the channel's shared one, and Ana's own.
+    const refreshed = await refreshText(memory, input.channelId);
+    assert.match(refreshed, /^Done: I forgot .* \(2 entries\)\.$/);
     assert.equal(await memory.getServerEntry(server, input.channelId), null);
     assert.match(await memoryText(memory, place), /\nNothing yet\.$/);
-    assert.equal(await refreshText(memory, input.channelId), "Done: there was nothing to forget here.");
+    assert.equal(
+      await refreshText(memory, input.channelId),
+      "Done: there was nothing to forget here.",
+    );
   });
 
   it("shows a DM's own entry, and a server's category labels, with /memory", async () => {
     const user = `example-dm-${process.pid}-${Date.now()}`;
     await memory.setUserCategories(user, "dm", { mood_vibe: "Cheerful." });
     const dm = { userId: user, channelId: "dm", channelName: null, serverId: null };
-    assert.match(await memoryText(memory, dm), /of this conversation[\s\S]*> mood\\_vibe: Cheerful\./);
+    assert.match(
+      await memoryText(memory, dm),
+      /of this conversation[\s\S]*> mood\\_vibe: Cheerful\./,
+    );
     await memory.clearUser(user);
 
     const server = `${user}-guild`;
@@ -207,9 +227,16 @@ describe("the example without a sidecar", () => {
       private: false,
       persona_lineage_id: null,
     };
-    const text = formatMemory(entry, { now: 1000, where: "#general", labels: { mood_vibe: "Mood & vibe" } });
+    const text = formatMemory(entry, {
+      now: 1000,
+      where: "#general",
+      labels: { mood_vibe: "Mood & vibe" },
+    });
     assert.match(text, /\*\*Notes\*\* · written 10 minutes ago\n> Mood & vibe: Sunny/);
     assert.match(text, /> `1 minute ago` \*\*Ana\*\*: @\u200beveryone \\\*\\\*bold\\\*\\\*/);
-    assert.equal(formatMemory(null, { now: 0, where: "#x" }), "**What I remember of #x**\nNothing yet.");
+    assert.equal(
+      formatMemory(null, { now: 0, where: "#x" }),
+      "**What I remember of #x**\nNothing yet.",
+    );
   });
 });

@@ -291,7 +291,8 @@ describe("503 and 429", () => {
     let left = failures;
     return (success: Handler): Handler =>
       (request, response) => {
-        if (left-- > 0) json(status, { code: "store_unavailable", detail: "later" }, headers)(request, response);
+        if (left-- > 0)
+          json(status, { code: "store_unavailable", detail: "later" }, headers)(request, response);
         else success(request, response);
       };
   }
@@ -305,7 +306,7 @@ describe("503 and 429", () => {
     assert.ok(waited >= 900, `retried after ${waited} ms, before the Retry-After second`);
   });
 
-  it("are retried on an edit and a deletion (429 without Retry-After: a short backoff)", async () => {
+  it("are retried on an edit and a deletion (429, no Retry-After: a short backoff)", async () => {
     handle = failing(2, 429, {})(json(200, { entry: ENTRY }));
     assert.equal((await client().setUserCategories("u", "c", { a: "b" })).entry?.summary, "ok");
     assert.deepEqual(
@@ -345,7 +346,9 @@ describe("503 and 429", () => {
   });
 
   it("wait at most maxRetryDelayMs, whatever Retry-After asks", async () => {
-    handle = failing(1, 503, { "Retry-After": "3600" })(json(200, { status: "ok", degraded: false }));
+    handle = failing(1, 503, { "Retry-After": "3600" })(
+      json(200, { status: "ok", degraded: false }),
+    );
     const started = Date.now();
     await client({ maxRetryDelayMs: 50 }).health();
     assert.ok(Date.now() - started < 5000);

@@ -36,7 +36,8 @@ export function findShortterm(): string | undefined {
 /** Why there is no sidecar to test against, or "" when there is one. */
 export function missingSidecar(): string {
   if (process.env.SHORTTERM_TEST_URL || findShortterm() !== undefined) return "";
-  return "no sidecar: put `shortterm` on PATH (pip install -e '.[sidecar]') or set SHORTTERM_TEST_URL";
+  const how = "put `shortterm` on PATH (pip install -e '.[sidecar]'), or set SHORTTERM_TEST_URL";
+  return `no sidecar: ${how}`;
 }
 
 export async function startSidecar(): Promise<Sidecar> {
