@@ -4,7 +4,7 @@ discord.js example, the scripted OpenAI-compatible model of the Python tool-loop
 copy of the package, ``npm pack`` builds before packing and ``npm test`` runs on its own
 (it starts a sidecar itself from ``shortterm`` on PATH, with no token).
 
-Needs Node 18 or newer; without it the Node test skips with the reason, and under
+Needs Node 20 or newer; without it the Node test skips with the reason, and under
 ``SHORTTERM_TEST_REQUIRE_SERVICES=1`` (CI) it fails instead. Dependencies come from the
 committed lockfile with ``npm ci``, once per lockfile: a stamp in ``node_modules`` names its
 hash, so later runs reuse the install.
@@ -52,7 +52,7 @@ def test_the_generated_types_are_current() -> None:
 
 
 def _node() -> str:
-    """The node executable (18 or newer), or skip / fail with the reason."""
+    """The node executable (20 or newer), or skip / fail with the reason."""
     node, npm = shutil.which("node"), shutil.which("npm")
     reason = ""
     if node is None or npm is None:
@@ -60,8 +60,8 @@ def _node() -> str:
     else:
         version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout
         found = re.match(r"v(\d+)\.", version)
-        if found is None or int(found.group(1)) < 18:
-            reason = f"Node.js 18 or newer is needed, found {version.strip() or 'nothing'}"
+        if found is None or int(found.group(1)) < 20:
+            reason = f"Node.js 20 or newer is needed, found {version.strip() or 'nothing'}"
     if reason:
         if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{reason} (the TypeScript client tests are mandatory in CI)")

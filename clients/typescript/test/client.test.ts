@@ -1,5 +1,5 @@
-// The client against a real sidecar on loopback: one this file starts (`shortterm` on PATH, no
-// token), or SHORTTERM_TEST_URL / SHORTTERM_TEST_TOKEN (the Python suite starts one with a token).
+// The client against a real sidecar on loopback: SHORTTERM_TEST_URL / SHORTTERM_TEST_TOKEN (the
+// Python suite's, with a token; `npm test`'s, without), else one this file starts (sidecar.ts).
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";

@@ -1,7 +1,8 @@
 // The sidecar these tests talk to: SHORTTERM_TEST_URL (and SHORTTERM_TEST_TOKEN) when set (the
-// Python suite sets them), else a `shortterm serve` this process starts on a free loopback port
-// with a temporary SQLite file and no token (loopback needs none). Without either, the tests
-// that need a sidecar skip with the reason.
+// Python suite sets them with a token; `npm test`, see run.ts, sets the URL of the one it
+// started), else a `shortterm serve` this process starts on a free loopback port with a
+// temporary SQLite file and no token (loopback needs none): a test file run on its own. Without
+// either, the tests that need a sidecar skip with the reason.
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { accessSync, constants, mkdtempSync, rmSync } from "node:fs";
