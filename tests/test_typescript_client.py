@@ -183,4 +183,5 @@ def test_npm_pack_builds_and_npm_test_runs_on_its_own(tmp_path: Path) -> None:
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     passed = re.search(r"^# pass (\d+)$", done.stdout, re.MULTILINE)
     assert passed is not None and int(passed.group(1)) >= 40, done.stdout[-6000:]
-    assert re.search(r"^# fail [1-9]", done.stdout, re.MULTILINE) is None, done.stdout[-6000:]
+    unfinished = re.search(r"^# (fail|cancelled|skipped) [1-9]", done.stdout, re.MULTILINE)
+    assert unfinished is None, done.stdout[-6000:]

@@ -47,6 +47,11 @@ export async function startSidecar(): Promise<Sidecar> {
     const token = process.env.SHORTTERM_TEST_TOKEN || undefined;
     return { url: given.replace(/\/+$/, ""), token, close: async () => {} };
   }
+  return spawnSidecar();
+}
+
+/** A `shortterm serve` of this process's own; with `token`, every /v1 route needs it. */
+export async function spawnSidecar(token?: string): Promise<Sidecar> {
   const executable = findShortterm();
   if (executable === undefined) throw new Error(missingSidecar());
   const dir = mkdtempSync(join(tmpdir(), "shortterm-client-test-"));
@@ -54,6 +59,7 @@ export async function startSidecar(): Promise<Sidecar> {
   const env = Object.fromEntries(
     Object.entries(process.env).filter(([name]) => !name.startsWith("SHORTTERM_")),
   );
+  if (token !== undefined) env.SHORTTERM_TOKEN = token;
   const store = `sqlite:///${join(dir, "sidecar.db")}`;
   const child = spawn(
     executable,
@@ -69,7 +75,7 @@ export async function startSidecar(): Promise<Sidecar> {
   };
   try {
     const url = await listeningUrl(child);
-    return { url, token: undefined, close: stop };
+    return { url, token, close: stop };
   } catch (error) {
     await stop();
     throw error;
