@@ -237,8 +237,13 @@ const oneLine = (text: string, max: number): string => {
   const line = text.split(/\s+/).join(" ").trim();
   return line.length > max ? `${line.slice(0, max - 1)}…` : line;
 };
-const quoted = (text: string, max: number): string[] =>
-  oneLine(text, max) === "" ? [] : [`> ${safe(oneLine(text, max))}`];
+/** A block quote of `text`, its line breaks kept, at most `max` characters. */
+function quoted(text: string, max: number): string[] {
+  const lines = text.split("\n").map((line) => line.split(/\s+/).join(" ").trim());
+  let body = lines.filter((line) => line !== "").join("\n");
+  if (body.length > max) body = `${body.slice(0, max - 1)}…`;
+  return body === "" ? [] : body.split("\n").map((line) => `> ${safe(line)}`);
+}
 
 /** What `entry` holds as one Discord message: summary, notes, then the newest messages. */
 export function formatMemory(

@@ -233,6 +233,9 @@ describe("the example without a sidecar", () => {
       labels: { mood_vibe: "Mood & vibe" },
     });
     assert.match(text, /\*\*Notes\*\* · written 10 minutes ago\n> Mood & vibe: Sunny/);
+    const summarized = { ...entry, summary: "Line one.\n\n  Line   two.", summary_at: 1000 };
+    const shown = formatMemory(summarized, { now: 1000, where: "#general" });
+    assert.match(shown, /\*\*Summary\*\* · written just now\n> Line one\.\n> Line two\.\n/);
     assert.match(text, /> `1 minute ago` \*\*Ana\*\*: @\u200beveryone \\\*\\\*bold\\\*\\\*/);
     assert.equal(
       formatMemory(null, { now: 0, where: "#x" }),
