@@ -1,8 +1,10 @@
 """The TypeScript client (``clients/typescript``): its generated types are current, and its
 Node tests pass against a real sidecar process on loopback (with a token) and, for the
-discord.js example, the scripted OpenAI-compatible model of the Python tool-loop test.
+discord.js example, the scripted OpenAI-compatible model of the Python tool-loop test. In a
+copy of the package, ``npm pack`` builds before packing and ``npm test`` runs on its own
+(it starts a sidecar itself from ``shortterm`` on PATH, with no token).
 
-Needs Node 18 or newer; without it the Node test skips with the reason, and under
+Needs Node 20 or newer; without it the Node test skips with the reason, and under
 ``SHORTTERM_TEST_REQUIRE_SERVICES=1`` (CI) it fails instead. Dependencies come from the
 committed lockfile with ``npm ci``, once per lockfile: a stamp in ``node_modules`` names its
 hash, so later runs reuse the install.
@@ -17,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -49,7 +52,7 @@ def test_the_generated_types_are_current() -> None:
 
 
 def _node() -> str:
-    """The node executable (18 or newer), or skip / fail with the reason."""
+    """The node executable (20 or newer), or skip / fail with the reason."""
     node, npm = shutil.which("node"), shutil.which("npm")
     reason = ""
     if node is None or npm is None:
@@ -57,8 +60,8 @@ def _node() -> str:
     else:
         version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout
         found = re.match(r"v(\d+)\.", version)
-        if found is None or int(found.group(1)) < 18:
-            reason = f"Node.js 18 or newer is needed, found {version.strip() or 'nothing'}"
+        if found is None or int(found.group(1)) < 20:
+            reason = f"Node.js 20 or newer is needed, found {version.strip() or 'nothing'}"
     if reason:
         if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{reason} (the TypeScript client tests are mandatory in CI)")
@@ -123,10 +126,62 @@ def test_the_typescript_client_against_a_real_sidecar(tmp_path: Path) -> None:
         }
         report = _run([node, "--test", "--test-reporter=tap", *tests], timeout=120, env=env)
     passed = re.search(r"^# pass (\d+)$", report, re.MULTILINE)
-    assert passed is not None and int(passed.group(1)) >= 10, report
+    assert passed is not None and int(passed.group(1)) >= 40, report
     assert re.search(r"^# (fail|cancelled|skipped) [1-9]", report, re.MULTILINE) is None, report
     first, second = model.requests
     assert [t["function"]["name"] for t in first["tools"]] == ["update_short_term_memory"]
     assert first["messages"][-1]["content"] == "Ana: so, Saturday hike on the ridge trail at 8?"
     assert "tools" not in second  # one update per turn: the example stops offering it
     assert second["messages"][-1]["role"] == "tool"
+
+
+def test_the_package_license_is_the_repository_license() -> None:
+    """npm packs clients/typescript/LICENSE: it must say what the repository's says."""
+    assert (PACKAGE / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    """The package's committed files in a fresh directory, with the installed node_modules."""
+    copy = tmp_path / "typescript"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("node_modules", "dist"))
+    (copy / "node_modules").symlink_to(PACKAGE / "node_modules", target_is_directory=True)
+    return copy
+
+
+def test_npm_pack_builds_and_npm_test_runs_on_its_own(tmp_path: Path) -> None:
+    _node()
+    _install()
+    npm = shutil.which("npm")
+    assert npm is not None
+    copy = _package_copy(tmp_path)
+    packed = subprocess.run(
+        [npm, "pack", "--json", "--pack-destination", str(tmp_path)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert packed.returncode == 0, packed.stderr
+    # Lifecycle output comes first on stdout; the JSON report is the last thing printed.
+    report = json.loads(packed.stdout[packed.stdout.index("[\n") :])
+    files = {f["path"] for f in report[0]["files"]}
+    expected = {"LICENSE", "README.md", "package.json", "dist/src/index.js", "dist/src/index.d.ts"}
+    assert expected <= files, sorted(files)
+    assert not any(f.startswith(("dist/test", "dist/examples", "src/")) for f in files), files
+
+    # `npm test` as a user runs it: shortterm on PATH, no SHORTTERM_* settings, no token.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [npm, "test"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    passed = re.search(r"^# pass (\d+)$", done.stdout, re.MULTILINE)
+    assert passed is not None and int(passed.group(1)) >= 40, done.stdout[-6000:]
+    unfinished = re.search(r"^# (fail|cancelled|skipped) [1-9]", done.stdout, re.MULTILINE)
+    assert unfinished is None, done.stdout[-6000:]

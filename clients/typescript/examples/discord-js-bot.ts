@@ -1,29 +1,68 @@
 /**
  * A discord.js bot with working memory from the shortterm sidecar and any OpenAI-compatible
- * model, through the official `openai` client. The whole turn:
+ * model, through the official `openai` client: the TypeScript twin of examples/discord_bot.py.
+ * The whole turn:
  *
  *   start a turn with the prompt → the sidecar splices the memory in and offers the tool →
  *   the model (it may call `update_short_term_memory`; the sidecar runs it) → reply → capture.
  *
- * Run it (the sidecar first: `shortterm serve`):
+ * `/refresh` forgets the channel (Manage Messages in a server; anyone in a DM) and `/memory`
+ * shows, only to whoever asks, what the bot remembers of it.
  *
- *   npm install shortterm-client discord.js openai
- *   DISCORD_TOKEN=... OPENAI_API_KEY=... OPENAI_BASE_URL=https://api.openai.com/v1 \
- *   OPENAI_MODEL=gpt-4o-mini SHORTTERM_URL=http://127.0.0.1:8765 node discord-js-bot.js
+ * Run it from a clone of the repository (`shortterm-client` is not on the npm registry yet):
  *
- * It answers when mentioned, or in a DM. The Discord glue (`turnInput`, `main`) is thin; the
- * turn itself (`runTurn`) takes plain values, so it runs without Discord too.
+ *   pip install -e '.[sidecar]'    # at the clone's root: the sidecar, and the fake model
+ *   shortterm serve &              # http://127.0.0.1:8765, no token on loopback
+ *   shortterm fake-model &         # an offline model on http://127.0.0.1:8800/v1
+ *   cd clients/typescript && npm ci && npm run build
+ *   DISCORD_TOKEN=... node dist/examples/discord-js-bot.js
+ *
+ * In your bot's own project instead: `npm install /path/to/clone/clients/typescript` (built as
+ * above) or the packed tarball `npm install /path/to/clone/dist/shortterm-client-0.1.0.tgz`
+ * (`make dist`), then `npm install discord.js openai`, and copy this file.
+ *
+ * With a real model: OPENAI_BASE_URL (default http://127.0.0.1:8800/v1, the fake model; for
+ * OpenAI itself https://api.openai.com/v1), OPENAI_API_KEY (needed by OpenAI only; a dummy
+ * by default), OPENAI_MODEL (default shortterm-fake). Also SHORTTERM_URL (default
+ * http://127.0.0.1:8765), SHORTTERM_TOKEN (when the sidecar has one), BOT_HISTORY (earlier
+ * channel messages the model sees, default 20).
+ *
+ * It answers when mentioned, replied to, or in a DM. The Discord glue (`turnInput`, `main`) is
+ * thin; the turn (`runTurn`) and the commands (`memoryText`, `refreshText`) take plain values,
+ * so they run without Discord too.
  */
 
 import { pathToFileURL } from "node:url";
 
-import { Client, Events, GatewayIntentBits, Partials, type Message } from "discord.js";
+import {
+  Client,
+  escapeMarkdown,
+  Events,
+  GatewayIntentBits,
+  MessageFlags,
+  Partials,
+  PermissionFlagsBits,
+  SlashCommandBuilder,
+  type ChatInputCommandInteraction,
+  type Message,
+} from "discord.js";
 import OpenAI from "openai";
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/index";
-import { ShortTermClient, TurnNotFoundError, type MessageIn } from "shortterm-client";
+import {
+  ShortTermClient,
+  TurnNotFoundError,
+  type EntryOut,
+  type MessageIn,
+} from "shortterm-client";
 
-const SYSTEM = "You are {bot}, a friendly member of this chat. Answer briefly.";
-const HISTORY = 10; // earlier channel messages the model sees (and the memory keeps)
+/** `shortterm fake-model`'s default address: the bot runs offline out of the box. */
+export const LOCAL_MODEL_URL = "http://127.0.0.1:8800/v1";
+export const LOCAL_MODEL = "shortterm-fake";
+export const MAX_DISCORD_CHARS = 2000; // the most a message (and a command's answer) may hold
+
+const SYSTEM =
+  "You are {bot}, a friendly member of a Discord chat ({where}). Several people may be " +
+  "talking; each of their messages starts with their name. Answer briefly, in plain text.";
 
 /** One earlier message of the channel. */
 export interface Said {
@@ -49,17 +88,38 @@ export interface TurnOptions {
   model: string;
   botName: string;
   maxRounds?: number;
+  /** Delivers one piece of the reply; nothing is remembered unless every piece went out. */
+  send?: (piece: string) => Promise<unknown>;
 }
 
-/** Start a turn, let the model answer (running its tool calls), capture; returns the reply. */
+/** Pieces of at most `limit` characters, cut at a line break or a space where possible. */
+export function splitMessage(text: string, limit = MAX_DISCORD_CHARS): string[] {
+  const pieces: string[] = [];
+  let rest = text.trim();
+  while (rest.length > limit) {
+    let cut = rest.lastIndexOf("\n", limit);
+    if (cut < limit / 2) cut = rest.lastIndexOf(" ", limit);
+    if (cut < limit / 2) cut = limit;
+    pieces.push(rest.slice(0, cut).trimEnd());
+    rest = rest.slice(cut).trimStart();
+  }
+  if (rest) pieces.push(rest);
+  return pieces;
+}
+
+/** Start a turn, let the model answer (running its tool calls), deliver, capture; the reply. */
 export async function runTurn(
   memory: ShortTermClient,
   openai: OpenAI,
   input: TurnInput,
   options: TurnOptions,
 ): Promise<string> {
+  const where =
+    input.serverId === null ? "a direct message" : `#${input.channelName ?? "a channel"}`;
+  // Other people's lines carry their names; the bot's own do not, so the model does not learn
+  // to prefix its answers.
   const prompt: ChatCompletionMessageParam[] = [
-    { role: "system", content: SYSTEM.replace("{bot}", options.botName) },
+    { role: "system", content: SYSTEM.replace("{bot}", options.botName).replace("{where}", where) },
     ...input.history.map((m): ChatCompletionMessageParam =>
       m.fromBot
         ? { role: "assistant", content: m.content }
@@ -99,6 +159,7 @@ export async function runTurn(
     }
     messages.push(answer);
     for (const call of calls) {
+      // An unknown tool name comes back as ok: false with a message for the model.
       const result = await memory.callTool(
         turn.turn_id,
         call.function.name,
@@ -108,6 +169,9 @@ export async function runTurn(
       if (result.ok) tools = []; // one update per turn
     }
   }
+  if (!reply.trim()) return "";
+  // Delivered first: only what reached the channel is remembered as said.
+  for (const piece of splitMessage(reply)) await options.send?.(piece);
   const history: MessageIn[] = [
     ...input.history.map((m): MessageIn => ({
       role: m.fromBot ? "assistant" : "user",
@@ -120,15 +184,141 @@ export async function runTurn(
   try {
     await memory.capture(turn.turn_id, {
       history,
-      replies: reply ? [{ text: reply, persona_name: options.botName }] : [],
+      replies: [{ text: reply, persona_name: options.botName }],
     });
   } catch (error) {
-    // A generation longer than the turn's life: the reply still goes out, unremembered.
+    // A generation longer than the turn's life: the reply went out, unremembered.
     if (!(error instanceof TurnNotFoundError)) throw error;
     console.warn(`not remembered: ${error.detail}`);
   }
   return reply;
 }
+
+// -- /memory and /refresh -----------------------------------------------------------------------
+
+/** Where a command was used, without Discord. */
+export interface Place {
+  userId: string;
+  channelId: string;
+  channelName: string | null;
+  serverId: string | null; // null: a DM
+}
+
+/** `"Mood & vibe"` → `"mood_vibe"`: the sidecar's category slugs, for showing their labels. */
+export function slugify(label: string): string {
+  const ascii = label.normalize("NFKD").replace(/\p{M}/gu, "").toLowerCase();
+  let slug = ascii.replace(/[^a-z0-9]+/g, "_").replace(/^_+|_+$/g, "");
+  if (/^\d/.test(slug)) slug = `c_${slug}`;
+  slug = slug.slice(0, 48).replace(/_+$/, "");
+  return slug || "field";
+}
+
+function ago(at: number | null, now: number): string {
+  if (at === null) return "";
+  const age = now - at;
+  const units: [number, string][] = [
+    [7 * 86400, ""],
+    [86400, "day"],
+    [3600, "hour"],
+    [60, "minute"],
+  ];
+  for (const [size, name] of units) {
+    if (age < size) continue;
+    if (name === "") return "over a week ago";
+    const n = Math.floor(age / size);
+    return `${n} ${name}${n === 1 ? "" : "s"} ago`;
+  }
+  return "just now";
+}
+
+/** Recalled text shown as text: no formatting, no pings (the answer allows no mentions too). */
+const safe = (text: string): string => escapeMarkdown(text).replace(/@/g, "@\u200b");
+const oneLine = (text: string, max: number): string => {
+  const line = text.split(/\s+/).join(" ").trim();
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+};
+/** A block quote of `text`, its line breaks kept, at most `max` characters. */
+function quoted(text: string, max: number): string[] {
+  const lines = text.split("\n").map((line) => line.split(/\s+/).join(" ").trim());
+  let body = lines.filter((line) => line !== "").join("\n");
+  if (body.length > max) body = `${body.slice(0, max - 1)}…`;
+  return body === "" ? [] : body.split("\n").map((line) => `> ${safe(line)}`);
+}
+
+/** What `entry` holds as one Discord message: summary, notes, then the newest messages. */
+export function formatMemory(
+  entry: EntryOut | null,
+  options: { now: number; where: string; labels?: Record<string, string>; botName?: string },
+): string {
+  const title = `**What I remember of ${safe(options.where)}**`;
+  const empty =
+    entry === null ||
+    (!entry.summary && Object.keys(entry.categories).length === 0 && entry.messages.length === 0);
+  if (entry === null || empty) return `${title}\nNothing yet.`;
+  const parts = [title];
+  if (entry.summary) {
+    parts.push(`**Summary** · written ${ago(entry.summary_at, options.now)}`);
+    parts.push(...quoted(entry.summary, 700));
+  }
+  const notes = Object.entries(entry.categories);
+  if (notes.length > 0) {
+    parts.push(`**Notes** · written ${ago(entry.categories_at, options.now)}`);
+    for (const [slug, value] of notes) {
+      parts.push(...quoted(`${options.labels?.[slug] ?? slug}: ${value}`, 300));
+    }
+  }
+  const lines: string[] = [];
+  let budget = MAX_DISCORD_CHARS - parts.join("\n").length - 60;
+  for (const m of [...entry.messages].reverse()) {
+    const speaker = m.speaker ?? (m.role === "assistant" ? (options.botName ?? "me") : "someone");
+    const when = m.at === null ? "" : `\`${ago(m.at, options.now)}\` `;
+    const line = `> ${when}**${safe(oneLine(speaker, 60))}**: ${safe(oneLine(m.content, 200))}`;
+    if (line.length + 1 > budget) break;
+    budget -= line.length + 1;
+    lines.unshift(line);
+  }
+  if (entry.messages.length > 0) {
+    parts.push(`**Recent messages** (${entry.messages.length}, oldest first)`, ...lines);
+    const hidden = entry.messages.length - lines.length;
+    if (hidden > 0) parts.push(`*… ${hidden} older not shown*`);
+  }
+  return parts.join("\n").slice(0, MAX_DISCORD_CHARS);
+}
+
+/** `/memory`: the channel's shared entry in a server, the user's own in a DM. */
+export async function memoryText(
+  memory: ShortTermClient,
+  place: Place,
+  botName = "me",
+): Promise<string> {
+  const filter = { channelId: place.channelId };
+  let labels: Record<string, string> = {};
+  let listed;
+  if (place.serverId === null) {
+    listed = await memory.listUserEntries(place.userId, filter);
+  } else {
+    listed = await memory.listServerEntries(place.serverId, filter);
+    const settings = await memory.getServerSettings(place.serverId);
+    labels = Object.fromEntries(
+      (settings.categories ?? []).map((c) => [slugify(c.label), c.label]),
+    );
+  }
+  const entry = listed.entries.find((e) => e.key.persona_id === null) ?? null;
+  const where = place.channelName ? `#${place.channelName}` : "this conversation";
+  // Ages from the memory's clock (`now`), whatever this machine's says.
+  return formatMemory(entry, { now: listed.now, where, labels, botName });
+}
+
+/** `/refresh`: forget the channel (every user, persona and scope of it). */
+export async function refreshText(memory: ShortTermClient, channelId: string): Promise<string> {
+  const { deleted } = await memory.clearChannel(channelId);
+  if (deleted === 0) return "Done: there was nothing to forget here.";
+  const entries = deleted === 1 ? "entry" : "entries";
+  return `Done: I forgot this channel's recent conversation (${deleted} ${entries}).`;
+}
+
+export const REFRESH_REFUSED =
+  "You need the Manage Messages permission here to clear my memory of it.";
 
 // -- Discord ------------------------------------------------------------------------------------
 
@@ -136,16 +326,20 @@ function speakerOf(message: Message): string {
   return message.member?.displayName ?? message.author.displayName ?? message.author.username;
 }
 
-/** A discord.js message, and the channel's messages before it, as a turn's input. */
-export async function turnInput(message: Message): Promise<TurnInput> {
-  const earlier = await message.channel.messages.fetch({ limit: HISTORY, before: message.id });
+/**
+ * A discord.js message, and the channel's messages before it, as a turn's input. `after` is
+ * the snowflake of the channel's last `/refresh`: what it forgot stays forgotten.
+ */
+export async function turnInput(message: Message, limit = 20, after?: string): Promise<TurnInput> {
+  const earlier = await message.channel.messages.fetch({ limit, before: message.id });
   const history = [...earlier.values()]
     .reverse()
     .filter((m) => m.content.trim() !== "")
+    .filter((m) => after === undefined || BigInt(m.id) > BigInt(after))
     .map((m) => ({
       authorId: m.author.id,
       speaker: speakerOf(m),
-      content: m.content,
+      content: m.cleanContent,
       fromBot: m.author.id === message.client.user.id,
     }));
   const channelName = "name" in message.channel ? (message.channel.name ?? null) : null;
@@ -161,39 +355,145 @@ export async function turnInput(message: Message): Promise<TurnInput> {
   };
 }
 
+const COMMANDS = [
+  new SlashCommandBuilder()
+    .setName("refresh")
+    .setDescription("Forget what I remember of this channel")
+    .setDefaultMemberPermissions(PermissionFlagsBits.ManageMessages),
+  new SlashCommandBuilder()
+    .setName("memory")
+    .setDescription("Show what I remember of this channel"),
+];
+
+async function command(
+  memory: ShortTermClient,
+  interaction: ChatInputCommandInteraction,
+  refreshed: Map<string, string>,
+): Promise<void> {
+  const answer = (content: string) =>
+    interaction.reply({ content, flags: MessageFlags.Ephemeral, allowedMentions: { parse: [] } });
+  const channelName =
+    interaction.channel !== null && "name" in interaction.channel
+      ? (interaction.channel.name ?? null)
+      : null;
+  const place: Place = {
+    userId: interaction.user.id,
+    channelId: interaction.channelId,
+    channelName,
+    serverId: interaction.guildId,
+  };
+  if (interaction.commandName === "memory") {
+    await answer(await memoryText(memory, place, interaction.client.user.displayName));
+  } else if (interaction.commandName === "refresh") {
+    const allowed =
+      interaction.guildId === null ||
+      interaction.memberPermissions?.has(PermissionFlagsBits.ManageMessages) === true;
+    if (!allowed) {
+      await answer(REFRESH_REFUSED);
+      return;
+    }
+    const text = await refreshText(memory, interaction.channelId);
+    refreshed.set(interaction.channelId, interaction.id);
+    await answer(text);
+  }
+}
+
+/** The bot's settings from the environment; every one but DISCORD_TOKEN has a local default. */
+export function botSettings(env: NodeJS.ProcessEnv) {
+  return {
+    shorttermUrl: env.SHORTTERM_URL || "http://127.0.0.1:8765",
+    shorttermToken: env.SHORTTERM_TOKEN || undefined,
+    baseURL: env.OPENAI_BASE_URL || LOCAL_MODEL_URL,
+    // A local server needs no key; the openai client wants one all the same.
+    apiKey: env.OPENAI_API_KEY || "not-needed",
+    model: env.OPENAI_MODEL || LOCAL_MODEL,
+    historyLimit: historyLimit(env.BOT_HISTORY),
+  };
+}
+
+function historyLimit(raw: string | undefined): number {
+  const value = Number(raw || "20");
+  if (!Number.isInteger(value) || value < 1 || value > 100) {
+    throw new Error(
+      `BOT_HISTORY must be a whole number from 1 to 100 (what Discord returns at once), not ${raw}`,
+    );
+  }
+  return value;
+}
+
 export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const settings = botSettings(env);
   const memory = new ShortTermClient({
-    baseUrl: env.SHORTTERM_URL ?? "http://127.0.0.1:8765",
-    token: env.SHORTTERM_TOKEN,
+    baseUrl: settings.shorttermUrl,
+    token: settings.shorttermToken,
   });
-  const openai = new OpenAI({ baseURL: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY });
-  const model = env.OPENAI_MODEL ?? "gpt-4o-mini";
+  const openai = new OpenAI({ baseURL: settings.baseURL, apiKey: settings.apiKey });
+  const { model, historyLimit } = settings;
+  const refreshed = new Map<string, string>(); // channel id -> the last /refresh's snowflake
   const discord = new Client({
     intents: [
       GatewayIntentBits.Guilds,
       GatewayIntentBits.GuildMessages,
       GatewayIntentBits.DirectMessages,
-      GatewayIntentBits.MessageContent,
+      GatewayIntentBits.MessageContent, // privileged: switch it on in the Developer Portal too
     ],
     partials: [Partials.Channel], // DMs arrive on channels the bot has not cached
+    // The model's text is posted as is: it must never ping @everyone or a role.
+    allowedMentions: { parse: ["users"], repliedUser: false },
+  });
+  discord.once(Events.ClientReady, async (ready) => {
+    await ready.application.commands.set(COMMANDS.map((c) => c.toJSON())); // global commands
+    console.log(`logged in as ${ready.user.tag}; /refresh and /memory registered`);
+  });
+  discord.on(Events.InteractionCreate, async (interaction) => {
+    if (!interaction.isChatInputCommand()) return;
+    try {
+      await command(memory, interaction, refreshed);
+    } catch (error) {
+      console.error(`/${interaction.commandName} failed:`, error);
+      if (!interaction.replied) {
+        await interaction
+          .reply({
+            content: "I could not do that just now; please try again.",
+            flags: MessageFlags.Ephemeral,
+          })
+          .catch(() => undefined); // the interaction may have expired meanwhile
+      }
+    }
   });
   discord.on(Events.MessageCreate, async (message) => {
-    if (message.author.bot) return;
     const me = discord.user;
-    if (me === null || (message.guildId !== null && !message.mentions.has(me))) return;
+    if (me === null || message.author.bot) return;
+    const addressed =
+      message.guildId === null ||
+      message.mentions.users.has(me.id) ||
+      message.mentions.repliedUser?.id === me.id;
+    if (!addressed) return;
+    let first = true;
+    const send = async (piece: string): Promise<unknown> => {
+      if (!first) return message.channel.isSendable() ? message.channel.send(piece) : undefined;
+      first = false;
+      return message.reply(piece);
+    };
     try {
-      await message.channel.sendTyping();
-      const input = await turnInput(message);
-      const reply = await runTurn(memory, openai, input, { model, botName: me.displayName });
-      if (reply) await message.reply(reply.slice(0, 2000));
+      if (message.channel.isSendable()) await message.channel.sendTyping();
+      const input = await turnInput(message, historyLimit, refreshed.get(message.channelId));
+      await runTurn(memory, openai, input, { model, botName: me.displayName, send });
     } catch (error) {
       console.error("turn failed:", error);
+      if (error instanceof OpenAI.APIError) {
+        await message.reply("I could not reach my model just now.").catch(() => undefined);
+      }
     }
   });
   await discord.login(env.DISCORD_TOKEN);
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  if (!process.env.DISCORD_TOKEN) {
+    console.error("DISCORD_TOKEN is not set (see the top of this file)");
+    process.exit(2);
+  }
   main().catch((error: unknown) => {
     console.error(error);
     process.exit(1);

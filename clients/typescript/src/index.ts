@@ -14,9 +14,12 @@
  * await memory.capture(turn.turn_id, { history, replies });
  * ```
  *
- * Only `fetch` is needed (Node 18 or newer, Deno, Bun, browsers). Every failure is one of the
- * errors below: the sidecar's error body is kept on {@link ShortTermError}, and a turn that
- * expired or was already captured is a {@link TurnNotFoundError}.
+ * Only `fetch` and web streams are needed (Node 20 or newer). Every failure is a
+ * {@link ShortTermClientError}: the sidecar's error body is kept on {@link ShortTermError}, a
+ * turn that expired or was already captured is a {@link TurnNotFoundError}, and an answer that
+ * is not the sidecar's (too large, not JSON, the wrong shape) is a {@link ShortTermResponseError}.
+ * Reads, edits and deletions (GET, PUT, DELETE) are retried on 503 and 429, after the
+ * `Retry-After` the sidecar sends; turn starts, tool calls and captures (POST) never are.
  */
 
 import type {
@@ -60,40 +63,69 @@ export interface StartedTurn<M = ProviderMessage, T = ProviderTool> extends Omit
   tools: T[];
 }
 
+export const DEFAULT_TIMEOUT_MS = 10_000;
+export const DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+export const DEFAULT_MAX_ATTEMPTS = 3;
+export const DEFAULT_MAX_RETRY_DELAY_MS = 5_000;
+
 export interface ClientOptions {
   /** Where the sidecar listens, e.g. `http://127.0.0.1:8765`. */
   baseUrl: string;
-  /** `SHORTTERM_TOKEN`, sent as `Authorization: Bearer ...` (required off loopback). */
+  /** `SHORTTERM_TOKEN`, sent as `Authorization: Bearer ...`: only when the sidecar has one. */
   token?: string | undefined;
-  /** Abort a request after this long (default 10,000 ms). */
+  /** Abort one attempt after this long (default 10,000 ms). */
   timeoutMs?: number;
+  /**
+   * The largest answer accepted, in bytes after decompression (default 8 MiB). A larger one
+   * is cut off while it streams in: a {@link ShortTermResponseTooLargeError}.
+   */
+  maxResponseBytes?: number;
+  /** Attempts of a GET, PUT or DELETE answered 503 or 429 (default 3; 1 turns retries off). */
+  maxAttempts?: number;
+  /** The longest wait between attempts (default 5,000 ms); a longer Retry-After is cut to it. */
+  maxRetryDelayMs?: number;
   /** Another `fetch` (a test double, a proxy-aware one); the global one by default. */
   fetch?: typeof fetch;
 }
 
+/** What every method takes last. */
+export interface CallOptions {
+  /** Ends the call (and any wait before a retry) with a {@link ShortTermAbortError}. */
+  signal?: AbortSignal | undefined;
+}
+
 // -- errors -------------------------------------------------------------------------------------
 
+/** Every failure of this client is one of these. */
+export class ShortTermClientError extends Error {
+  override name = "ShortTermClientError";
+  readonly method: string;
+  readonly path: string;
+
+  constructor(method: string, path: string, message: string, options?: { cause?: unknown }) {
+    super(`${method} ${path}: ${message}`, options);
+    this.method = method;
+    this.path = path;
+  }
+}
+
 /** The sidecar answered with an error: `status`, and its body's `code`, `detail`, `field`. */
-export class ShortTermError extends Error {
+export class ShortTermError extends ShortTermClientError {
   override name = "ShortTermError";
   readonly status: number;
   readonly code: string;
   readonly detail: string;
   readonly field: string | null;
   readonly errors: ProblemField[];
-  readonly method: string;
-  readonly path: string;
 
   constructor(method: string, path: string, status: number, problem: Problem) {
     const where = problem.field ? ` (${problem.field})` : "";
-    super(`${method} ${path}: ${status} ${problem.code}${where}: ${problem.detail}`);
+    super(method, path, `${status} ${problem.code}${where}: ${problem.detail}`);
     this.status = status;
     this.code = problem.code;
     this.detail = problem.detail;
     this.field = problem.field ?? null;
     this.errors = problem.errors ?? [];
-    this.method = method;
-    this.path = path;
   }
 }
 
@@ -109,20 +141,142 @@ export class TurnNotFoundError extends ShortTermError {
 }
 
 /** No answer within `timeoutMs`. */
-export class ShortTermTimeoutError extends Error {
+export class ShortTermTimeoutError extends ShortTermClientError {
   override name = "ShortTermTimeoutError";
+  readonly timeoutMs: number;
+
   constructor(method: string, path: string, timeoutMs: number) {
-    super(`${method} ${path}: no answer from the sidecar within ${timeoutMs} ms`);
+    super(method, path, `no answer from the sidecar within ${timeoutMs} ms`);
+    this.timeoutMs = timeoutMs;
   }
 }
 
-/** The sidecar could not be reached (refused, reset, DNS), or its answer was not its JSON. */
-export class ShortTermConnectionError extends Error {
-  override name = "ShortTermConnectionError";
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+/** The caller's `signal` aborted the call; `cause` is the signal's reason. */
+export class ShortTermAbortError extends ShortTermClientError {
+  override name = "ShortTermAbortError";
+
+  constructor(method: string, path: string, reason: unknown) {
+    super(method, path, "aborted by the caller's signal", { cause: reason });
   }
 }
+
+/** The sidecar could not be reached: refused, reset, DNS, or the connection broke mid-answer. */
+export class ShortTermConnectionError extends ShortTermClientError {
+  override name = "ShortTermConnectionError";
+}
+
+/** Something answered, but not as the sidecar does: see the two subclasses. */
+export class ShortTermResponseError extends ShortTermClientError {
+  override name = "ShortTermResponseError";
+  readonly status: number;
+
+  constructor(method: string, path: string, status: number, message: string) {
+    super(method, path, `${status} ${message}`);
+    this.status = status;
+  }
+}
+
+/** The answer was larger than `maxResponseBytes` (counted after decompression); it was cut off. */
+export class ShortTermResponseTooLargeError extends ShortTermResponseError {
+  override name = "ShortTermResponseTooLargeError";
+  readonly limitBytes: number;
+
+  constructor(method: string, path: string, status: number, limitBytes: number) {
+    super(method, path, status, `answer larger than ${limitBytes} bytes: cut off`);
+    this.limitBytes = limitBytes;
+  }
+}
+
+/** A success answer that is empty, not JSON, or not the shape this route answers with. */
+export class ShortTermResponseShapeError extends ShortTermResponseError {
+  override name = "ShortTermResponseShapeError";
+  /** The start of the body, for a person to read. */
+  readonly preview: string;
+
+  constructor(method: string, path: string, status: number, expected: string, body: string) {
+    const preview = body.slice(0, 200);
+    const found = body === "" ? "an empty body" : JSON.stringify(preview);
+    super(method, path, status, `expected ${expected}, got ${found}`);
+    this.preview = preview;
+  }
+}
+
+// -- answers: their shapes ----------------------------------------------------------------------
+
+type Json = { [key: string]: unknown };
+/** A check of a success body's shape, and what it expects (for the error). */
+interface Shape<T> {
+  expected: string;
+  check: (value: unknown) => value is T;
+}
+
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+const isStringOrNull = (v: unknown): boolean => v === null || typeof v === "string";
+
+function shape<T>(expected: string, check: (v: Json) => boolean): Shape<T> {
+  return { expected, check: (value: unknown): value is T => isObject(value) && check(value) };
+}
+
+function isEntry(v: unknown): v is EntryOut {
+  return (
+    isObject(v) &&
+    isObject(v.key) &&
+    Array.isArray(v.messages) &&
+    isStringOrNull(v.summary) &&
+    isObject(v.categories)
+  );
+}
+
+function turnShape<M, T>(withMessages: boolean): Shape<StartedTurn<M, T>> {
+  const messages = withMessages ? " and messages" : "";
+  return shape(`a started turn (turn_id, context, tools${messages})`, (v) => {
+    const spliced = withMessages ? Array.isArray(v.messages) : v.messages == null;
+    return (
+      typeof v.turn_id === "string" &&
+      v.turn_id !== "" &&
+      typeof v.expires_in_s === "number" &&
+      isObject(v.context) &&
+      Array.isArray(v.context.items) &&
+      Array.isArray(v.tools) &&
+      typeof v.maintenance_due === "boolean" &&
+      spliced
+    );
+  });
+}
+
+const SHAPES = {
+  toolResult: shape<ToolResultOut>(
+    "a tool result (ok, message)",
+    (v) => typeof v.ok === "boolean" && typeof v.message === "string",
+  ),
+  entries: shape<EntriesOut>(
+    "entries (entries, now)",
+    (v) => Array.isArray(v.entries) && v.entries.every(isEntry) && typeof v.now === "number",
+  ),
+  entry: { expected: "an entry (key, messages, summary, categories)", check: isEntry },
+  entryResult: shape<EntryResult>(
+    "an edit's result (entry)",
+    (v) => v.entry === null || isEntry(v.entry),
+  ),
+  servers: shape<ServersOut>(
+    "servers (servers, next_after)",
+    (v) => Array.isArray(v.servers) && isStringOrNull(v.next_after),
+  ),
+  serverSettings: shape<ServerSettingsModel>(
+    "server settings",
+    (v) => v.categories === undefined || Array.isArray(v.categories),
+  ),
+  userSettings: shape<UserSettingsModel>(
+    "user settings",
+    (v) => v.privacy === undefined || typeof v.privacy === "string",
+  ),
+  deleted: shape<DeletedOut>("a count (deleted)", (v) => typeof v.deleted === "number"),
+  health: shape<HealthOut>(
+    "a health answer (status, degraded)",
+    (v) => typeof v.status === "string" && typeof v.degraded === "boolean",
+  ),
+};
 
 // -- the client ---------------------------------------------------------------------------------
 
@@ -146,15 +300,52 @@ function percentEncode(value: string): string {
 
 const seg = percentEncode;
 
+interface RequestOptions extends CallOptions {
+  body?: unknown;
+  query?: Query;
+  turnId?: string;
+}
+
+/** One attempt's answer, read whole (within the size limit). */
+interface Answer {
+  status: number;
+  statusText: string;
+  retryAfter: string | null;
+  text: string;
+}
+
+const RETRIED_STATUSES = new Set([429, 503]);
+
 function isProblem(value: unknown): value is Problem {
-  if (typeof value !== "object" || value === null) return false;
-  const v = value as { code?: unknown; detail?: unknown };
-  return typeof v.code === "string" && typeof v.detail === "string";
+  return isObject(value) && typeof value.code === "string" && typeof value.detail === "string";
+}
+
+function positive(name: string, value: number, integer = false): number {
+  if (!Number.isFinite(value) || value <= 0 || (integer && !Number.isInteger(value))) {
+    const what = integer ? "a positive integer" : "a positive number";
+    throw new TypeError(`ShortTermClient: ${name} must be ${what}, not ${value}`);
+  }
+  return value;
+}
+
+/** The wait before attempt `attempt + 1`: the server's Retry-After, else a short backoff. */
+export function retryDelayMs(retryAfter: string | null, attempt: number, maxMs: number): number {
+  let wanted = 250 * 2 ** (attempt - 1);
+  const value = retryAfter?.trim() ?? "";
+  if (/^\d+$/.test(value)) {
+    wanted = Number(value) * 1000;
+  } else if (value !== "" && !Number.isNaN(Date.parse(value))) {
+    wanted = Date.parse(value) - Date.now();
+  }
+  return Math.min(Math.max(wanted, 0), maxMs);
 }
 
 export class ShortTermClient {
   readonly baseUrl: string;
   readonly timeoutMs: number;
+  readonly maxResponseBytes: number;
+  readonly maxAttempts: number;
+  readonly maxRetryDelayMs: number;
   readonly #token: string | undefined;
   readonly #fetch: typeof fetch;
 
@@ -162,30 +353,50 @@ export class ShortTermClient {
     if (!options || typeof options.baseUrl !== "string" || !/^https?:\/\//.test(options.baseUrl)) {
       throw new TypeError("ShortTermClient: baseUrl must be an http:// or https:// URL");
     }
-    const timeoutMs = options.timeoutMs ?? 10_000;
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-      throw new TypeError(`ShortTermClient: timeoutMs must be a positive number, not ${timeoutMs}`);
-    }
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
-    this.timeoutMs = timeoutMs;
+    this.timeoutMs = positive("timeoutMs", options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    this.maxResponseBytes = positive(
+      "maxResponseBytes",
+      options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+      true,
+    );
+    this.maxAttempts = positive("maxAttempts", options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS, true);
+    const maxDelay = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
+    if (!Number.isFinite(maxDelay) || maxDelay < 0) {
+      throw new TypeError(`ShortTermClient: maxRetryDelayMs must be 0 or more, not ${maxDelay}`);
+    }
+    this.maxRetryDelayMs = maxDelay;
     this.#token = options.token;
     const chosen = options.fetch ?? globalThis.fetch;
     if (typeof chosen !== "function") {
-      throw new TypeError("ShortTermClient: no fetch available (Node 18 or newer has one)");
+      throw new TypeError("ShortTermClient: no fetch available (Node 20 or newer has one)");
     }
     this.#fetch = chosen;
   }
 
-  async #request<T>(
-    method: Method,
-    path: string,
-    options: { body?: unknown; query?: Query; turnId?: string } = {},
-  ): Promise<T> {
-    let target = this.baseUrl + path;
-    const params = Object.entries(options.query ?? {})
+  #url(path: string, query: Query | undefined): string {
+    const params = Object.entries(query ?? {})
       .filter(([, value]) => value !== undefined)
       .map(([name, value]) => `${percentEncode(name)}=${percentEncode(String(value))}`);
-    if (params.length > 0) target += `?${params.join("&")}`;
+    return params.length > 0 ? `${this.baseUrl}${path}?${params.join("&")}` : this.baseUrl + path;
+  }
+
+  /** Send, retrying an idempotent call on 503/429; the answer's body is still to be checked. */
+  async #send(method: Method, path: string, options: RequestOptions): Promise<Answer> {
+    const { signal } = options;
+    // Only methods HTTP defines as idempotent: a turn start or a tool call that reached the
+    // sidecar must not run twice.
+    const attempts = method === "POST" ? 1 : this.maxAttempts;
+    for (let attempt = 1; ; attempt++) {
+      if (signal?.aborted) throw new ShortTermAbortError(method, path, signal.reason);
+      const answer = await this.#attempt(method, path, options);
+      if (!RETRIED_STATUSES.has(answer.status) || attempt >= attempts) return answer;
+      const delay = retryDelayMs(answer.retryAfter, attempt, this.maxRetryDelayMs);
+      await sleep(delay, signal, () => new ShortTermAbortError(method, path, signal?.reason));
+    }
+  }
+
+  async #attempt(method: Method, path: string, options: RequestOptions): Promise<Answer> {
     const headers: Record<string, string> = { Accept: "application/json" };
     if (this.#token !== undefined) headers.Authorization = `Bearer ${this.#token}`;
     let body: string | undefined;
@@ -193,38 +404,89 @@ export class ShortTermClient {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(options.body);
     }
+    // One controller ends the request, whichever of the timer and the caller fires first.
     const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.timeoutMs);
-    let response: Response;
-    let text: string;
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      abort.abort();
+    }, this.timeoutMs);
+    const caller = options.signal;
+    const onAbort = (): void => abort.abort();
+    caller?.addEventListener("abort", onAbort, { once: true });
     try {
-      response = await this.#fetch(target, { method, headers, body, signal: abort.signal });
-      text = await response.text();
+      const url = this.#url(path, options.query);
+      const response = await this.#fetch(url, { method, headers, body, signal: abort.signal });
+      const text = await readLimited(response, this.maxResponseBytes, () => {
+        abort.abort(); // stop the transfer (and its decompression) now
+        return new ShortTermResponseTooLargeError(
+          method,
+          path,
+          response.status,
+          this.maxResponseBytes,
+        );
+      });
+      const retryAfter = response.headers.get("retry-after");
+      return { status: response.status, statusText: response.statusText, retryAfter, text };
     } catch (error) {
-      if (abort.signal.aborted) throw new ShortTermTimeoutError(method, path, this.timeoutMs);
+      if (error instanceof ShortTermClientError) throw error;
+      if (caller?.aborted) throw new ShortTermAbortError(method, path, caller.reason);
+      if (timedOut) throw new ShortTermTimeoutError(method, path, this.timeoutMs);
       const reason = String(error instanceof Error ? (error.cause ?? error) : error);
-      throw new ShortTermConnectionError(`${method} ${path}: ${reason}`, { cause: error });
+      throw new ShortTermConnectionError(method, path, reason, { cause: error });
     } finally {
       clearTimeout(timer);
+      caller?.removeEventListener("abort", onAbort);
     }
-    if (response.status === 204) return undefined as T;
+  }
+
+  /** A call whose success answer must have `expected`'s shape. */
+  async #json<T>(method: Method, path: string, expected: Shape<T>, options: RequestOptions = {}) {
+    const answer = await this.#send(method, path, options);
+    if (answer.status < 200 || answer.status > 299) this.#fail(method, path, answer, options);
     let parsed: unknown;
     try {
-      parsed = text === "" ? undefined : JSON.parse(text);
-    } catch (error) {
-      throw new ShortTermConnectionError(
-        `${method} ${path}: ${response.status} with a body that is not JSON: ${text.slice(0, 200)}`,
-        { cause: error },
+      parsed = JSON.parse(answer.text);
+    } catch {
+      throw new ShortTermResponseShapeError(
+        method,
+        path,
+        answer.status,
+        `JSON: ${expected.expected}`,
+        answer.text,
       );
     }
-    if (response.ok) return parsed as T;
+    if (!expected.check(parsed)) {
+      throw new ShortTermResponseShapeError(
+        method,
+        path,
+        answer.status,
+        expected.expected,
+        answer.text,
+      );
+    }
+    return parsed;
+  }
+
+  /** An error status as a typed error: the sidecar's problem body, or one made up from it. */
+  #fail(method: Method, path: string, answer: Answer, options: RequestOptions): never {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(answer.text);
+    } catch {
+      parsed = undefined; // a proxy's page, an empty body: described below
+    }
     const problem: Problem = isProblem(parsed)
       ? parsed
-      : { code: `http_${response.status}`, detail: text.slice(0, 500) || response.statusText };
-    if (response.status === 404 && options.turnId !== undefined) {
+      : {
+          code: `http_${answer.status}`,
+          detail: answer.text.slice(0, 500) || answer.statusText || "no body",
+        };
+    // A turn route answers 404 only for a turn it does not hold, whatever produced the body.
+    if (answer.status === 404 && options.turnId !== undefined) {
       throw new TurnNotFoundError(options.turnId, method, path, problem);
     }
-    throw new ShortTermError(method, path, response.status, problem);
+    throw new ShortTermError(method, path, answer.status, problem);
   }
 
   // -- turns ------------------------------------------------------------------------------------
@@ -233,57 +495,70 @@ export class ShortTermClient {
    * Start a turn: its id, the memory for the prompt and the tool definitions. Pass `messages`
    * (the prompt in the provider's shape, `messages_format`) to get them back with the memory
    * spliced in, ready to send with `tools`. The type parameters name your provider library's
-   * message and tool types (the sidecar answers in the shape you asked for; it is not checked
-   * here).
+   * message and tool types (the sidecar answers in the shape you asked for; only the answer's
+   * outline is checked here). Never retried: each call starts a turn.
    */
   startTurn<M = ProviderMessage, T = ProviderTool>(
     body: TurnRequest<M>,
+    options: CallOptions = {},
   ): Promise<StartedTurn<M, T>> {
-    return this.#request<StartedTurn<M, T>>("POST", "/v1/turns", { body });
+    const expected = turnShape<M, T>(Array.isArray(body?.messages));
+    return this.#json("POST", "/v1/turns", expected, { ...options, body });
   }
 
   /**
    * Run a tool call the model made in this turn (`args`: an object, or the JSON string the
    * model sent). A refusal is `ok: false` with a message for the model, not an error.
+   * Never retried: the update may have been kept.
    */
   callTool(
     turnId: string,
     name: string,
     args: { [key: string]: unknown } | string,
+    options: CallOptions = {},
   ): Promise<ToolResultOut> {
     const path = `/v1/turns/${seg(turnId)}/tool-calls`;
-    return this.#request<ToolResultOut>("POST", path, {
-      body: { name, arguments: args },
-      turnId,
-    });
+    const body = { name, arguments: args };
+    return this.#json("POST", path, SHAPES.toolResult, { ...options, body, turnId });
   }
 
-  /** Keep the turn's recent dialogue and end the turn (its id is released). */
-  async capture(turnId: string, body: CaptureIn): Promise<void> {
-    await this.#request<undefined>("POST", `/v1/turns/${seg(turnId)}/capture`, { body, turnId });
+  /** Keep the turn's recent dialogue and end the turn (its id is released). Never retried. */
+  async capture(turnId: string, body: CaptureIn, options: CallOptions = {}): Promise<void> {
+    const path = `/v1/turns/${seg(turnId)}/capture`;
+    const request = { ...options, body, turnId };
+    const answer = await this.#send("POST", path, request);
+    if (answer.status < 200 || answer.status > 299) this.#fail("POST", path, answer, request);
   }
 
   // -- entries ----------------------------------------------------------------------------------
 
   /** The servers with durable shared memory, a page at a time (`next_after` for the next). */
-  listServers(options: { after?: string; limit?: number } = {}): Promise<ServersOut> {
-    return this.#request<ServersOut>("GET", "/v1/servers", { query: options });
+  listServers(
+    page: { after?: string; limit?: number } = {},
+    options: CallOptions = {},
+  ): Promise<ServersOut> {
+    const query = { after: page.after, limit: page.limit };
+    return this.#json("GET", "/v1/servers", SHAPES.servers, { ...options, query });
   }
 
   listServerEntries(
     serverId: string,
     filter: { channelId?: string; personaId?: string } = {},
+    options: CallOptions = {},
   ): Promise<EntriesOut> {
     const query = { channel_id: filter.channelId, persona_id: filter.personaId };
-    return this.#request<EntriesOut>("GET", `/v1/servers/${seg(serverId)}/entries`, { query });
+    const path = `/v1/servers/${seg(serverId)}/entries`;
+    return this.#json("GET", path, SHAPES.entries, { ...options, query });
   }
 
   listUserEntries(
     userId: string,
     filter: { channelId?: string; personaId?: string } = {},
+    options: CallOptions = {},
   ): Promise<EntriesOut> {
     const query = { channel_id: filter.channelId, persona_id: filter.personaId };
-    return this.#request<EntriesOut>("GET", `/v1/users/${seg(userId)}/entries`, { query });
+    const path = `/v1/users/${seg(userId)}/entries`;
+    return this.#json("GET", path, SHAPES.entries, { ...options, query });
   }
 
   /**
@@ -294,20 +569,36 @@ export class ShortTermClient {
     serverId: string,
     channelId: string,
     personaId?: string,
+    options: CallOptions = {},
   ): Promise<EntryOut | null> {
-    return this.#entry(`/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry`, personaId);
+    const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry`;
+    return this.#entry(path, personaId, options);
   }
 
   /** A user's personal entry in a channel; `null` if nothing is live. */
-  getUserEntry(userId: string, channelId: string, personaId?: string): Promise<EntryOut | null> {
-    return this.#entry(`/v1/users/${seg(userId)}/channels/${seg(channelId)}/entry`, personaId);
+  getUserEntry(
+    userId: string,
+    channelId: string,
+    personaId?: string,
+    options: CallOptions = {},
+  ): Promise<EntryOut | null> {
+    const path = `/v1/users/${seg(userId)}/channels/${seg(channelId)}/entry`;
+    return this.#entry(path, personaId, options);
   }
 
-  async #entry(path: string, personaId: string | undefined): Promise<EntryOut | null> {
+  async #entry(
+    path: string,
+    personaId: string | undefined,
+    options: CallOptions,
+  ): Promise<EntryOut | null> {
     try {
-      return await this.#request<EntryOut>("GET", path, { query: { persona_id: personaId } });
+      const query = { persona_id: personaId };
+      return await this.#json("GET", path, SHAPES.entry, { ...options, query });
     } catch (error) {
-      if (error instanceof ShortTermError && error.status === 404) return null;
+      // The sidecar's own 404 (its problem body), not a proxy's page.
+      if (error instanceof ShortTermError && error.status === 404 && error.code === "not_found") {
+        return null;
+      }
       throw error;
     }
   }
@@ -318,12 +609,10 @@ export class ShortTermClient {
     channelId: string,
     summary: string | null,
     personaId?: string,
+    options: CallOptions = {},
   ): Promise<EntryResult> {
     const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry/summary`;
-    return this.#request<EntryResult>("PUT", path, {
-      body: { summary },
-      query: { persona_id: personaId },
-    });
+    return this.#edit(path, { summary }, personaId, options);
   }
 
   /** Replace the summary of a user's entry (`null` clears it). */
@@ -332,73 +621,183 @@ export class ShortTermClient {
     channelId: string,
     summary: string | null,
     personaId?: string,
+    options: CallOptions = {},
   ): Promise<EntryResult> {
     const path = `/v1/users/${seg(userId)}/channels/${seg(channelId)}/entry/summary`;
-    return this.#request<EntryResult>("PUT", path, {
-      body: { summary },
-      query: { persona_id: personaId },
-    });
+    return this.#edit(path, { summary }, personaId, options);
   }
 
-  /** Replace every category value of a shared entry. */
+  /** Replace every category value of a shared entry (a blank value is dropped). */
   setServerCategories(
     serverId: string,
     channelId: string,
     categories: { [slug: string]: string },
     personaId?: string,
+    options: CallOptions = {},
   ): Promise<EntryResult> {
     const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}/entry/categories`;
-    return this.#request<EntryResult>("PUT", path, {
-      body: { categories },
-      query: { persona_id: personaId },
-    });
+    return this.#edit(path, { categories }, personaId, options);
+  }
+
+  /** Replace every category value of a user's entry (a blank value is dropped). */
+  setUserCategories(
+    userId: string,
+    channelId: string,
+    categories: { [slug: string]: string },
+    personaId?: string,
+    options: CallOptions = {},
+  ): Promise<EntryResult> {
+    const path = `/v1/users/${seg(userId)}/channels/${seg(channelId)}/entry/categories`;
+    return this.#edit(path, { categories }, personaId, options);
+  }
+
+  #edit(
+    path: string,
+    body: Json,
+    personaId: string | undefined,
+    options: CallOptions,
+  ): Promise<EntryResult> {
+    const query = { persona_id: personaId };
+    return this.#json("PUT", path, SHAPES.entryResult, { ...options, body, query });
   }
 
   // -- settings ---------------------------------------------------------------------------------
 
-  getServerSettings(serverId: string): Promise<ServerSettingsModel> {
-    return this.#request<ServerSettingsModel>("GET", `/v1/servers/${seg(serverId)}/settings`);
+  getServerSettings(serverId: string, options: CallOptions = {}): Promise<ServerSettingsModel> {
+    const path = `/v1/servers/${seg(serverId)}/settings`;
+    return this.#json("GET", path, SHAPES.serverSettings, options);
   }
 
   /** Replace a server's settings (missing fields take their defaults). */
-  putServerSettings(serverId: string, settings: ServerSettingsModel): Promise<ServerSettingsModel> {
-    return this.#request<ServerSettingsModel>("PUT", `/v1/servers/${seg(serverId)}/settings`, {
-      body: settings,
-    });
+  putServerSettings(
+    serverId: string,
+    settings: ServerSettingsModel,
+    options: CallOptions = {},
+  ): Promise<ServerSettingsModel> {
+    const path = `/v1/servers/${seg(serverId)}/settings`;
+    return this.#json("PUT", path, SHAPES.serverSettings, { ...options, body: settings });
   }
 
-  getUserSettings(userId: string): Promise<UserSettingsModel> {
-    return this.#request<UserSettingsModel>("GET", `/v1/users/${seg(userId)}/settings`);
+  getUserSettings(userId: string, options: CallOptions = {}): Promise<UserSettingsModel> {
+    const path = `/v1/users/${seg(userId)}/settings`;
+    return this.#json("GET", path, SHAPES.userSettings, options);
   }
 
   /** Replace a user's settings; `privacy: "full"` also forgets what was kept about them. */
-  putUserSettings(userId: string, settings: UserSettingsModel): Promise<UserSettingsModel> {
-    return this.#request<UserSettingsModel>("PUT", `/v1/users/${seg(userId)}/settings`, {
-      body: settings,
-    });
+  putUserSettings(
+    userId: string,
+    settings: UserSettingsModel,
+    options: CallOptions = {},
+  ): Promise<UserSettingsModel> {
+    const path = `/v1/users/${seg(userId)}/settings`;
+    return this.#json("PUT", path, SHAPES.userSettings, { ...options, body: settings });
   }
 
   // -- deletion ---------------------------------------------------------------------------------
 
   /** Forget a channel: every user, persona and scope of it. */
-  clearChannel(channelId: string): Promise<DeletedOut> {
-    return this.#request<DeletedOut>("DELETE", `/v1/channels/${seg(channelId)}`);
+  clearChannel(channelId: string, options: CallOptions = {}): Promise<DeletedOut> {
+    return this.#json("DELETE", `/v1/channels/${seg(channelId)}`, SHAPES.deleted, options);
   }
 
   /** Forget a user: their scopes, and their messages everywhere. */
-  clearUser(userId: string): Promise<DeletedOut> {
-    return this.#request<DeletedOut>("DELETE", `/v1/users/${seg(userId)}`);
+  clearUser(userId: string, options: CallOptions = {}): Promise<DeletedOut> {
+    return this.#json("DELETE", `/v1/users/${seg(userId)}`, SHAPES.deleted, options);
   }
 
   /** Forget one channel's shared memory for one persona (none: the entry without one). */
-  clearServerChannel(serverId: string, channelId: string, personaId?: string): Promise<DeletedOut> {
+  clearServerChannel(
+    serverId: string,
+    channelId: string,
+    personaId?: string,
+    options: CallOptions = {},
+  ): Promise<DeletedOut> {
     const path = `/v1/servers/${seg(serverId)}/channels/${seg(channelId)}`;
-    return this.#request<DeletedOut>("DELETE", path, { query: { persona_id: personaId } });
+    const query = { persona_id: personaId };
+    return this.#json("DELETE", path, SHAPES.deleted, { ...options, query });
+  }
+
+  /** Delete durable rows untouched for `retentionDays` (the store's default when omitted). */
+  runJanitor(retentionDays?: number, options: CallOptions = {}): Promise<DeletedOut> {
+    const query = { retention_days: retentionDays };
+    return this.#json("POST", "/v1/janitor", SHAPES.deleted, { ...options, query });
+  }
+
+  /** Drop expired hot-tier entries now (a background sweeper also does it). */
+  sweep(options: CallOptions = {}): Promise<DeletedOut> {
+    return this.#json("POST", "/v1/sweep", SHAPES.deleted, options);
   }
 
   // -- service ----------------------------------------------------------------------------------
 
-  health(): Promise<HealthOut> {
-    return this.#request<HealthOut>("GET", "/healthz");
+  /** Liveness: `degraded` is true while the durable tier is failing. */
+  health(options: CallOptions = {}): Promise<HealthOut> {
+    return this.#json("GET", "/healthz", SHAPES.health, options);
   }
+
+  /** The Prometheus text exposition (`/metrics`), as it came. */
+  async metrics(options: CallOptions = {}): Promise<string> {
+    const answer = await this.#send("GET", "/metrics", options);
+    if (answer.status < 200 || answer.status > 299) this.#fail("GET", "/metrics", answer, options);
+    return answer.text;
+  }
+}
+
+// -- helpers ------------------------------------------------------------------------------------
+
+/**
+ * The body as text, counting its bytes as they stream in (after decompression: `fetch`
+ * inflates gzip itself) and stopping at `limit`, so a huge or inflating answer never sits in
+ * memory whole.
+ */
+async function readLimited(
+  response: Response,
+  limit: number,
+  tooLarge: () => ShortTermClientError,
+): Promise<string> {
+  const declared = Number(response.headers.get("content-length") ?? Number.NaN);
+  if (response.headers.get("content-encoding") === null && declared > limit) {
+    throw tooLarge();
+  }
+  if (response.body === null) return "";
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      const error = tooLarge();
+      await reader.cancel().catch(() => undefined); // the transfer is already aborted
+      throw error;
+    }
+    chunks.push(value);
+  }
+  const whole = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    whole.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return new TextDecoder().decode(whole);
+}
+
+/** Wait `ms`, or reject with `aborted()` as soon as `signal` fires. */
+function sleep(ms: number, signal: AbortSignal | undefined, aborted: () => Error): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(aborted());
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(aborted());
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
