@@ -235,63 +235,63 @@ describe("against a real sidecar", { skip: missingSidecar() || false }, () => {
       assert.match(await memory.metrics(), /^# HELP /m);
     });
   });
-});
 
-describe("lone surrogates", () => {
-  // JSON.stringify writes a lone surrogate as its \\udXXX escape; the sidecar answers U+FFFD.
-  it("in a prompt come back as U+FFFD, spliced", async () => {
-    const turn = await memory.startTurn({
-      user_id: "111",
-      channel_id: `${unique}-surrogates`,
-      server_id: server,
-      user_name: "A\ud800na",
-      messages: [
-        { role: "system", content: "You are \udfffTomo." },
-        { role: "user", content: [{ type: "text", text: "hi \udc00" }], name: "A\udbffna" },
-      ],
-    });
-    const messages = turn.messages ?? [];
-    assert.deepEqual(messages[0], { role: "system", content: "You are \ufffdTomo." });
-    assert.deepEqual(messages.at(-1), {
-      role: "user",
-      content: [{ type: "text", text: "hi \ufffd" }],
-      name: "A\ufffdna",
-    });
-    await memory.capture(turn.turn_id, {
-      history: [{ role: "user", content: "Saturday \ud83d?", author_id: "111", speaker: "Ana" }],
-      replies: [{ text: "Yes \ude00", persona_name: "To\ud800mo" }],
-    });
-    const entry = await memory.getServerEntry(server, `${unique}-surrogates`);
-    assert.deepEqual(
-      entry?.messages.map((m) => [m.content, m.speaker]),
-      [
-        ["Saturday \ufffd?", "Ana"],
-        ["Yes \ufffd", "To\ufffdmo"],
-      ],
-    );
-  });
-
-  it("in an id are refused, in a body or in a URL", async () => {
-    await assert.rejects(
-      memory.startTurn({ user_id: "1\ud800", channel_id: "2" }),
-      (error: unknown) => {
-        assert.ok(error instanceof ShortTermError);
-        assert.equal(error.status, 422);
-        assert.equal(error.field, "user_id");
-        assert.match(error.message, /no lone surrogates/);
-        return true;
-      },
-    );
-    for (const [channel, persona, field] of [
-      ["c\udc00", undefined, "path"],
-      ["c", "p\udc00", "query"],
-    ] as const) {
-      await assert.rejects(memory.getServerEntry(server, channel, persona), (error: unknown) => {
-        assert.ok(error instanceof ShortTermError);
-        assert.equal(error.status, 422);
-        assert.equal(error.field, field);
-        return true;
+  describe("lone surrogates", () => {
+    // JSON.stringify writes a lone surrogate as its \\udXXX escape; the sidecar answers U+FFFD.
+    it("in a prompt come back as U+FFFD, spliced", async () => {
+      const turn = await memory.startTurn({
+        user_id: "111",
+        channel_id: `${unique}-surrogates`,
+        server_id: server,
+        user_name: "A\ud800na",
+        messages: [
+          { role: "system", content: "You are \udfffTomo." },
+          { role: "user", content: [{ type: "text", text: "hi \udc00" }], name: "A\udbffna" },
+        ],
       });
-    }
+      const messages = turn.messages ?? [];
+      assert.deepEqual(messages[0], { role: "system", content: "You are \ufffdTomo." });
+      assert.deepEqual(messages.at(-1), {
+        role: "user",
+        content: [{ type: "text", text: "hi \ufffd" }],
+        name: "A\ufffdna",
+      });
+      await memory.capture(turn.turn_id, {
+        history: [{ role: "user", content: "Saturday \ud83d?", author_id: "111", speaker: "Ana" }],
+        replies: [{ text: "Yes \ude00", persona_name: "To\ud800mo" }],
+      });
+      const entry = await memory.getServerEntry(server, `${unique}-surrogates`);
+      assert.deepEqual(
+        entry?.messages.map((m) => [m.content, m.speaker]),
+        [
+          ["Saturday \ufffd?", "Ana"],
+          ["Yes \ufffd", "To\ufffdmo"],
+        ],
+      );
+    });
+
+    it("in an id are refused, in a body or in a URL", async () => {
+      await assert.rejects(
+        memory.startTurn({ user_id: "1\ud800", channel_id: "2" }),
+        (error: unknown) => {
+          assert.ok(error instanceof ShortTermError);
+          assert.equal(error.status, 422);
+          assert.equal(error.field, "user_id");
+          assert.match(error.message, /no lone surrogates/);
+          return true;
+        },
+      );
+      for (const [channel, persona, field] of [
+        ["c\udc00", undefined, "path"],
+        ["c", "p\udc00", "query"],
+      ] as const) {
+        await assert.rejects(memory.getServerEntry(server, channel, persona), (error: unknown) => {
+          assert.ok(error instanceof ShortTermError);
+          assert.equal(error.status, 422);
+          assert.equal(error.field, field);
+          return true;
+        });
+      }
+    });
   });
 });
