@@ -35,6 +35,8 @@ class JournalFollower:
     async def start(self) -> None:
         """Take the journal's current end as our position, and the current state as seen."""
         store = self._memory.store
+        # A shared hot tier's floor first: our position is then at or above it.
+        await self._memory.cache.restore_floor(store.journal_head)
         self.head = await store.journal_head()
         store.journal_moved()
 
@@ -45,15 +47,17 @@ class JournalFollower:
         server once, not twice), our position stays, and a write fenced at it can only be
         dropped too often, never resurrect anything; the journal is read once it is back."""
         m = self._memory
+        if m.unsure_forgets:
+            await m.settle_forgets()
         if m.health.degraded:
             # Known to be failing: don't wait for it here too. The call's own durable work
             # finds out whether it is back (and then the journal is read on the next call).
             self.behind = True
             return True
         try:
-            if m.store.journal_moved() or self.behind:
+            if m.store.journal_moved() or self.behind or m.cache.journal_due(self.head):
                 self.behind = True
-                await self.catch_up()
+                await self.follow_shared()
                 self.behind = False
         except StoreUnavailable as exc:
             self.error = str(exc)
@@ -61,6 +65,17 @@ class JournalFollower:
             m.health.failed("journal read", exc, counted=False)
             return False
         return True
+
+    async def follow_shared(self) -> None:
+        """:meth:`catch_up`, after what a shared hot tier reported (``HotTier.journal_due``):
+        its floor set again if it lost its data, and our position brought up to that floor
+        and past any newer settings change its reads returned. A read may call it mid-call."""
+        m = self._memory
+        floor = await m.cache.restore_floor(m.store.journal_head)
+        await self.catch_up()
+        # Every entry up to the floor was committed when it was set, and catch_up applied
+        # those still kept: the position may stand on the floor even if its entry is gone.
+        self.head = max(self.head, floor)
 
     async def catch_up(self, own: int | None = None) -> None:
         """Apply every journal entry after our position. ``own``: the sequence of an entry
