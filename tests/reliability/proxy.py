@@ -12,6 +12,10 @@ client and the server, never by stopping the server. Two kinds of cut:
   answers make the relay abort the connection instead: a commit whose outcome the client never
   learns.
 
+* ``commit``: everything is relayed until the client sends a ``COMMIT`` (PostgreSQL's simple
+  query); that reaches the server, and the relay aborts the connection at its answer: a
+  transaction of several statements committed, without the client learning it.
+
 ``restore()`` lets new connections through again; connections held by a blackhole are aborted
 then (their client gave up on them long ago).
 """
@@ -22,7 +26,7 @@ import asyncio
 import contextlib
 from typing import Literal
 
-Mode = Literal["reset", "blackhole", "replies"]
+Mode = Literal["reset", "blackhole", "replies", "commit"]
 _CHUNK = 1 << 16
 
 
@@ -96,9 +100,12 @@ class Proxy:
             return
         pair = (writer, up_writer)
         self._pairs.add(pair)
+        committing = [False]  # this connection sent a COMMIT under the "commit" cut
         pumps = [
-            asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer, to_client=True)),
+            asyncio.create_task(self._pump(reader, up_writer, committing=committing)),
+            asyncio.create_task(
+                self._pump(up_reader, writer, to_client=True, committing=committing)
+            ),
         ]
         self._tasks.update(pumps)
         try:
@@ -115,7 +122,12 @@ class Proxy:
             up_writer.transport.abort()
 
     async def _pump(
-        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, to_client: bool = False
+        self,
+        src: asyncio.StreamReader,
+        dst: asyncio.StreamWriter,
+        *,
+        to_client: bool = False,
+        committing: list[bool] | None = None,
     ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while True:
@@ -127,6 +139,12 @@ class Proxy:
                 if self.mode == "replies" and to_client:
                     dst.transport.abort()  # the server did the work; its answer is lost
                     return
+                if committing is not None and self.mode == "commit":
+                    if to_client and committing[0]:
+                        dst.transport.abort()  # the commit is done; its answer is lost
+                        return
+                    if not to_client and b"COMMIT" in data:
+                        committing[0] = True  # before the server can answer it
                 dst.write(data)
                 await dst.drain()
 
