@@ -372,6 +372,43 @@ async def test_a_narrowing_holds_for_another_process_next_context_on_redis(
     assert late == 0
 
 
+PARTIAL_ROUNDS = 5
+
+
+async def test_a_personal_write_in_flight_when_partial_is_chosen_does_not_land(
+    pg_url: str, schema: str, redis_url: str, prefix: str, marks: Path
+) -> None:
+    """A capture computed while the user still kept personal memory, held before its Redis
+    write while another process records ``PARTIAL``: the user's personal entry must not
+    appear afterwards."""
+    store = with_query(pg_url, schema=schema)
+    cache = with_query(redis_url, prefix=quote(prefix))
+    bot, admin = await asyncio.gather(_start(store, cache, marks), _start(store, cache, marks))
+    landed = 0
+    try:
+        for i in range(PARTIAL_ROUNDS):
+            await admin.call("user", user="ana")  # personal memory kept
+            token, channel = f"PERSONAL-{i}-x", f"p{i}"
+            await bot.send(
+                "capture", user="ana", channel=channel, server=G, text=token, token=token,
+                hold=True,
+            )  # fmt: skip
+            await _touched(marks, token)
+            await admin.call("user", user="ana", privacy="PARTIAL")
+            _release(marks, token)
+            await bot.reply()
+            views = [
+                await bot.call("get", kind="user", user="ana", channel=channel),
+                await admin.call("get", kind="user", user="ana", channel=channel),
+            ]
+            if any(token in view for view in views):
+                landed += 1
+    finally:
+        await asyncio.gather(bot.stop(), admin.stop())
+    print(f"\n{landed}/{PARTIAL_ROUNDS} personal writes in flight landed after PARTIAL")
+    assert landed == 0
+
+
 async def test_a_narrowing_holds_for_another_process_next_context_on_sqlite(
     tmp_path: Path, marks: Path
 ) -> None:
