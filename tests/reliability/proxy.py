@@ -12,6 +12,10 @@ client and the server, never by stopping the server. Two kinds of cut:
   answers make the relay abort the connection instead: a commit whose outcome the client never
   learns.
 
+* ``commit``: everything is relayed until the client sends a ``COMMIT`` (PostgreSQL's simple
+  query); that reaches the server, and the relay aborts the connection at its answer: a
+  transaction of several statements committed, without the client learning it.
+
 ``restore()`` lets new connections through again; connections held by a blackhole are aborted
 then (their client gave up on them long ago).
 
@@ -28,7 +32,7 @@ import asyncio
 import contextlib
 from typing import Literal
 
-Mode = Literal["reset", "blackhole", "replies"]
+Mode = Literal["reset", "blackhole", "replies", "commit"]
 _CHUNK = 1 << 16
 _KEPT = 1 << 16  # what a client sent first is kept, for cut_those to match
 
@@ -41,6 +45,7 @@ class _Link:
         self.upstream = upstream
         self.sent = bytearray()
         self.held = False  # cut_those(..., "blackhole"): nothing passes any more
+        self.committing = False  # its client sent a COMMIT under the "commit" cut
 
     def abort(self) -> None:
         self.client.transport.abort()
@@ -180,6 +185,12 @@ class Proxy:
                 if self.mode == "replies" and to_client:
                     dst.transport.abort()  # the server did the work; its answer is lost
                     return
+                if self.mode == "commit":
+                    if to_client and link.committing:
+                        dst.transport.abort()  # the commit is done; its answer is lost
+                        return
+                    if not to_client and b"COMMIT" in data:
+                        link.committing = True  # before the server can answer it
                 dst.write(data)
                 await dst.drain()
 

@@ -13,7 +13,7 @@ facade re-reads that owner from the durable tier.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -75,6 +75,22 @@ class HotTier(Protocol):
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
         """Remember forget ``seq``'s targets (before its entries are evicted), so a write that
         began before it can no longer land. Kept for the journal's retention."""
+
+    async def record_settings(self, seq: int, targets: Sequence[str], now: float) -> None:
+        """A settings change ``seq`` made by this process. A shared tier remembers it as the
+        newest one (its owner reads report it, see :meth:`journal_due`) and fences its targets
+        like a forget's; a tier of one process does nothing (the others follow the journal)."""
+
+    def journal_due(self, head: int) -> bool:
+        """Whether the tier learned, in a round trip it made anyway, of something a process at
+        journal position ``head`` has not applied: a newer settings change, or a lost floor
+        (see :meth:`restore_floor`). Cheap and synchronous; always false for an unshared tier."""
+
+    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
+        """A shared tier that may lose its data (and its tombstones) without notice keeps a
+        floor: the durable journal's end (``journal_head()``, read after the tier was found
+        empty) below which it refuses fenced writes. Sets it when missing, or reads it; returns
+        it, 0 when there is nothing to do. The process then follows the journal up to it."""
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """A follower's purge of the user named by digest ``target``: their personal entries

@@ -16,7 +16,7 @@ import heapq
 import itertools
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from types import MappingProxyType
@@ -473,6 +473,16 @@ class InProcessCache:
             if a is not None and tombs.get(user_target(a), 0) > position
         }
         return tuple(m for m in messages if m.author_id not in gone) if gone else messages
+
+    # A shared tier's own (see HotTier): here the other processes follow the journal.
+    async def record_settings(self, seq: int, targets: Sequence[str], now: float) -> None:
+        pass
+
+    def journal_due(self, head: int) -> bool:
+        return False
+
+    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
+        return 0
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
         tombs, log = self._tombs, self._tomb_log

@@ -13,6 +13,9 @@ Layout, under a key prefix ``P`` (default ``shortterm:``)::
     P x                       sorted set of every key, scored by its expiry (for ``sweep``)
     P n, P b                  entry and byte totals
     P oc:<kind>:<owner>       "this owner was re-read from the durable tier" marker
+    P tb, P th, P tl          the forget fence: each target's newest forget, the newest, a log
+    P ep                      the floor: the durable journal's end when the tier was initialised
+    P sv                      the newest settings change (a journal sequence)
 
 ``<key>`` is the compact JSON array ``[kind, owner, channel, persona]``, so ids containing
 ``:`` and ``persona=None`` versus ``"0"`` never collide.
@@ -31,6 +34,21 @@ each key also gets a Redis TTL of its remaining life plus ``safety_margin_s`` (d
 hour), computed relative to ``now``: it never fires before the logical expiry while the
 injected clock runs at real speed, and a fake clock that jumps hours ahead in tests is simply
 ahead of it.
+
+**Losing its data.** Redis restarted without persistence, flushed, or failed over to an
+empty replica keeps no tombstones, while the durable journal keeps every forget: a write that
+began before a forget could land there afterwards. So every process sets, or reads, a *floor*
+at start (:meth:`RedisCache.restore_floor`): ``P ep``, the durable journal's end when the key
+was first set. From then on its fenced writes are refused (outcome ``-2``) when the key is
+gone or above the write's position; the process then sets the floor again, from the journal's
+end as it is *after* the loss, catches its position up to it, and writes again from there.
+A write refused that way is dropped, not retried: it was computed before what the floor
+stands for.
+
+**Settings.** A settings change (a privacy choice, a server's settings) is recorded in
+``P sv`` by the process that made it, before its call returns, and every owner read returns
+it: a reader whose journal position is older follows the journal before it renders (see
+``memory.recall``), with no round trip of its own.
 
 **Completeness.** A shared Redis cannot prove it holds every durable row: other processes
 write it, it may be restarted without persistence, and a ``maxmemory`` policy may evict keys.
@@ -52,7 +70,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from importlib import resources
@@ -85,6 +105,8 @@ from .redis_codec import (
 
 __all__ = ["RedisCache"]
 
+log = logging.getLogger("shortterm")
+
 _OWN_OPTIONS = ("prefix", "retries", "owner_complete_ttl_s", "safety_margin_s")
 _SWEEP_BATCH = 500
 _SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
@@ -109,9 +131,9 @@ def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
-# The Lua scripts live in lua/, read once at import. Every one but record_forget starts with
-# the shared helpers of prelude.lua; ARGV[1] is always the key prefix, and each file says what
-# the rest of its ARGV is and what it returns.
+# The Lua scripts live in lua/, read once at import. Every one but record_forget and floor
+# starts with the shared helpers of prelude.lua; ARGV[1] is always the key prefix, and each
+# file says what the rest of its ARGV is and what it returns.
 _PRELUDE = _lua("prelude")
 _CAPTURE = _PRELUDE + _lua("capture")
 _APPLY = _PRELUDE + _lua("apply")
@@ -122,6 +144,8 @@ _OWNER = _PRELUDE + _lua("owner")
 _AUTHORED = _PRELUDE + _lua("authored")
 _REWRITE = _PRELUDE + _lua("rewrite")
 _RECORD_FORGET = _lua("record_forget")
+_FLOOR = _lua("floor")
+_FLOOR_TRIES = 50  # 0.1 s apart: another process's claim is set within one round trip or expires
 
 
 class RedisCache:
@@ -164,6 +188,14 @@ class RedisCache:
         self._authored = client.register_script(_AUTHORED)
         self._rewrite = client.register_script(_REWRITE)
         self._record_forget = client.register_script(_RECORD_FORGET)
+        self._floor_script = client.register_script(_FLOOR)
+        # The floor (see restore_floor): '1' once this process set or read it, so its writes
+        # require it; `_floor_lost` until then, and when a write found it gone or above its
+        # position.
+        self._floor_required = ""
+        self._floor_lost = True
+        self._token = uuid.uuid4().hex
+        self._settings_seen = 0  # the newest settings change an owner read returned
         self._entries = 0
         self._bytes = 0
         self._counts = dict.fromkeys(
@@ -392,6 +424,7 @@ class RedisCache:
             self._margin_ms,
             "" if fence is None else str(fence.position),
             dumps(now),
+            self._floor_required,
             str(len(scopes)),
         ]
         for key, messages, row in scopes:
@@ -399,8 +432,11 @@ class RedisCache:
         reply = await self._call("capture", self._capture(args=args))
         self._totals(reply)
         outcomes = [int(outcome) for outcome in reply[3:]]
-        self._counts["fenced"] += outcomes.count(-1)
-        self._counts["stores"] += len(outcomes) - outcomes.count(-1)
+        refused = len(outcomes) - outcomes.count(1) - outcomes.count(0)
+        if refused and -2 in outcomes:
+            self._floor_lost = True
+        self._counts["fenced"] += refused
+        self._counts["stores"] += len(outcomes) - refused
         return outcomes
 
     def _capture_args(
@@ -463,6 +499,7 @@ class RedisCache:
             self._margin_ms,
             "" if fence is None else str(fence.position),
             targets,
+            self._floor_required,
         ]
 
     async def apply_rows(
@@ -474,23 +511,73 @@ class RedisCache:
             reply = await self._call(
                 "row write", self._apply(args=self._apply_args(rows[0], now, fence))
             )
-            self._totals(reply)
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for row in rows:
-            await self._apply(args=self._apply_args(row, now, fence), client=pipe)
-        replies = await self._call("row write", pipe.execute())
+            replies = [reply]
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for row in rows:
+                await self._apply(args=self._apply_args(row, now, fence), client=pipe)
+            replies = await self._call("row write", pipe.execute())
         self._totals(replies[-1])
+        if any(int(reply[0]) == -2 for reply in replies):
+            self._floor_lost = True
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
+        await self._record(seq, targets, now, "")
+
+    async def record_settings(self, seq: int, targets: Sequence[str], now: float) -> None:
+        """A settings change ``seq`` made by this process: the newest one the owner reads
+        return (so others follow the journal before they render), and its targets fenced
+        like a forget's (writes in flight were computed under the old settings)."""
+        await self._record(seq, targets, now, "s")
+
+    async def _record(self, seq: int, targets: Sequence[str], now: float, kind: str) -> None:
         args = [
             self.prefix,
             str(seq),
             lua_float(now),
             lua_float(now - JOURNAL_RETENTION_S),
+            kind,
             *targets,
         ]
         await self._call("forget record", self._record_forget(args=args))
+
+    def journal_due(self, head: int) -> bool:
+        """Whether this process must follow the journal before its next step: a write found
+        the floor gone or above its position, or an owner read returned a settings change
+        newer than ``head``."""
+        return self._floor_lost or self._settings_seen > head
+
+    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
+        """Set the floor if it is missing, or read it; returns it (0 when nothing is to be
+        done). The claim comes first and the durable journal's end is read after it, so a
+        loss of data between the two takes the claim with it and we start again: the floor
+        is never a journal end read before the data was lost. Called at start and after a
+        write found the floor lost.
+
+        A Redis that does not answer is not an error here: the floor stays to be set, at the
+        next call that follows the journal (this process's writes, refused or not, fail on
+        their own). Until it is set, they do not require it, as before the floor existed."""
+        if not self._floor_lost:
+            return 0
+        try:
+            for _try in range(_FLOOR_TRIES):
+                got = await self._call(
+                    "floor", self._floor_script(args=[self.prefix, self._token, ""])
+                )
+                if got == "claimed":
+                    head = str(await journal_head())
+                    got = await self._call(
+                        "floor", self._floor_script(args=[self.prefix, self._token, head])
+                    )
+                if got not in ("", "busy", "claimed"):
+                    self._floor_required, self._floor_lost = "1", False
+                    return int(got)
+                await asyncio.sleep(0.1)
+        except StoreUnavailable as exc:
+            log.warning("shortterm Redis floor not set (tried again at the next call): %s", exc)
+            return 0
+        log.warning("shortterm Redis floor not set: another process held its claim throughout")
+        return 0
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """Nothing to do: the process that purged the user already did it here."""
@@ -514,8 +601,11 @@ class RedisCache:
             ),
         )
         complete = bool(reply[0])
+        seen = int(reply[1])
+        if seen > self._settings_seen:
+            self._settings_seen = seen
         out: list[Entry] = []
-        for i in range(1, len(reply), 5):
+        for i in range(2, len(reply), 5):
             key_json, meta_raw, d_raw, m_raw, _exp = reply[i : i + 5]
             view = self._view(key_of(key_json), meta_raw, d_raw, m_raw, now)
             if view is not None:

@@ -32,7 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from types import EllipsisType, TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
 from ..cache.base import HotTier
 from ..model import (
@@ -55,12 +55,13 @@ from ..model.errors import InvalidInput, StoreUnavailable
 from ..model.fence import (
     WriteFence,
     channel_target,
+    private_target,
     server_channel_target,
     user_target,
 )
 from ..model.rows import HydrationSink, HydrationSource
 from ..model.text import clean_text, truncate
-from ..store.base import BatchTouch, Store
+from ..store.base import BatchTouch, Forgotten, Store
 from ..tool.slug import slugify
 from . import admin
 from .follower import JournalFollower
@@ -95,6 +96,17 @@ def one_call(
 Clock = Callable[[], float]
 
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
+# A forget whose commit may have landed is retried after these pauses, then at the next call.
+_FORGET_RETRY_PAUSES_S = (0.05, 0.25)
+
+
+class _UnsureForget(NamedTuple):
+    """A forget of ours whose outcome is unknown: what :meth:`Memory._forget` was given."""
+
+    targets: Sequence[str]
+    durable: Callable[[], Awaitable[Forgotten]]
+    hot: Callable[[], Awaitable[int]]
+    after: Callable[[], None] | None
 
 
 class Memory:
@@ -113,6 +125,8 @@ class Memory:
         self.journal = JournalFollower(self, self._hydrate)
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[tuple[str, str, str, str | None]] = set()
+        # Our forgets whose commit may or may not have landed: retried before the next call.
+        self.unsure_forgets: list[_UnsureForget] = []
         self.hydration_s = 0.0
         self.write_behind = (
             WriteBehind(
@@ -277,8 +291,11 @@ class Memory:
                 )
             seen[slug] = category.label
         await self.flush()
+        before = self.known_settings.server(server_id).private_channel_ids
         seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
         self.known_settings.put_server(server_id, settings)
+        newly = sorted(settings.private_channel_ids - before)
+        await self._record_settings(seq, [private_target(server_id, c) for c in newly])
         await self.journal.caught_up_to(seq)
 
     async def server_settings(self, server_id: str) -> ServerSettings:
@@ -300,7 +317,20 @@ class Memory:
         await self.flush()
         seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
         self.known_settings.put_users({user_id: settings})
+        # No personal memory from now on: a user-scope write in flight was computed before.
+        narrowed = settings.privacy is not Privacy.NONE
+        await self._record_settings(seq, [user_target(user_id)] if narrowed else [])
         await self.journal.caught_up_to(seq)
+
+    async def _record_settings(self, seq: int, targets: Sequence[str]) -> None:
+        """Our settings change ``seq``, on a shared hot tier: other processes' next owner
+        read returns it and they follow the journal before they render; ``targets`` fence the
+        writes in flight (see ``HotTier.record_settings``). It is saved already, so a hot
+        tier that fails here fails nothing: the others then learn it from the journal."""
+        try:
+            await self.cache.record_settings(seq, targets, self.clock())
+        except StoreUnavailable as exc:
+            self.health.failed("hot tier update", exc)
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)
@@ -622,26 +652,80 @@ class Memory:
     # -- deletion: every forget is journaled durably, then applied here, then followed ------
 
     async def _forget(
-        self, targets: Sequence[str], durable: Callable[[], Any], hot: Callable[[], Any]
+        self,
+        targets: Sequence[str],
+        durable: Callable[[], Awaitable[Forgotten]],
+        hot: Callable[[], Awaitable[int]],
+        after: Callable[[], None] | None = None,
     ) -> int:
         """The one forget: durable journal + delete (raises if it failed: nothing was
         acknowledged), then the hot tier — its fence first, so nothing in flight can land
-        after the eviction — then the journal up to our entry. Buffered captures flush first;
-        one still in flight is refused by the flush's fence if this forget covers it."""
+        after the eviction — then the journal up to our entry, then ``after``. Buffered
+        captures flush first; one still in flight is refused by the flush's fence if this
+        forget covers it. A commit whose outcome is unknown is retried (see
+        :meth:`_retry_forget`)."""
         await self.flush()
         try:
             forgotten = await durable()
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
             # Nothing was acknowledged, but nothing stale is shown meanwhile either: evict,
             # and let the caller see the error and retry.
             with contextlib.suppress(StoreUnavailable):
                 await hot()
-            raise
-        now = self.clock()
-        await self.cache.record_forget(forgotten.seq, targets, now)
+            if not exc.maybe_applied:
+                raise
+            forgotten = await self._retry_forget(_UnsureForget(targets, durable, hot, after), exc)
+        return await self._forgotten(targets, forgotten, hot, after)
+
+    async def _forgotten(
+        self,
+        targets: Sequence[str],
+        forgotten: Forgotten,
+        hot: Callable[[], Awaitable[int]],
+        after: Callable[[], None] | None,
+    ) -> int:
+        await self.cache.record_forget(forgotten.seq, targets, self.clock())
         evicted = await hot()
         await self.journal.caught_up_to(forgotten.seq)
+        if after is not None:
+            after()
         return max(int(forgotten.rows), int(evicted))
+
+    async def _retry_forget(self, forget: _UnsureForget, exc: StoreUnavailable) -> Forgotten:
+        """A forget whose commit may have landed (the connection dropped after COMMIT was
+        sent): if it did, its tombstones are missing from a shared hot tier, and a write in
+        flight could land after our eviction and stay. So it is done again — a forget is
+        idempotent, and the retry's new journal entry fences every write that began before
+        it. If the durable tier keeps failing, the forget stays pending and is retried at the
+        start of this process's next call (:meth:`settle_forgets`), and the caller is told
+        the forget may have been saved."""
+        for pause in _FORGET_RETRY_PAUSES_S:
+            await asyncio.sleep(pause)
+            try:
+                return await forget.durable()
+            except StoreUnavailable:
+                continue
+        self.unsure_forgets.append(forget)
+        raise StoreUnavailable(
+            f"{exc}. The forget may have been saved: retry it to be sure (this process "
+            "retries it before its next call)",
+            maybe_applied=True,
+        ) from exc
+
+    async def settle_forgets(self) -> None:
+        """Retry our forgets whose outcome is unknown, before a call serves anything (the
+        journal follower calls this first). One that fails again stays pending, and its
+        hot-tier eviction is repeated: what landed since is dropped meanwhile."""
+        pending, self.unsure_forgets = self.unsure_forgets, []
+        for forget in pending:
+            try:
+                forgotten = await forget.durable()
+                await self._forgotten(forget.targets, forgotten, forget.hot, forget.after)
+            except StoreUnavailable as exc:
+                self.unsure_forgets.append(forget)
+                self.health.failed("forget retry", exc)
+                with contextlib.suppress(StoreUnavailable):
+                    await forget.hot()
 
     @one_call
     async def clear_channel(self, channel_id: str) -> int:
@@ -669,16 +753,18 @@ class Memory:
             deleted = await self.cache.delete_owner("user", user_id)
             return deleted + await self.cache.scrub_author(user_id, self.clock())
 
-        changed = await self._forget(
+        def after() -> None:
+            if keep is None:
+                self.known_settings.drop_user(user_id)
+            else:
+                self.known_settings.put_users({user_id: keep})
+
+        return await self._forget(
             [user_target(user_id)],
             lambda: self.store.forget_user(user_id, keep=keep, now=self.clock()),
             hot,
+            after,
         )
-        if keep is None:
-            self.known_settings.drop_user(user_id)
-        else:
-            self.known_settings.put_users({user_id: keep})
-        return changed
 
     @one_call
     async def clear_server_channel(

@@ -49,6 +49,8 @@ class JournalFollower:
     async def start(self) -> None:
         """Take the journal's current end as our position, and the current state as seen."""
         store = self._memory.store
+        # A shared hot tier's floor first: our position is then at or above it.
+        await self._memory.cache.restore_floor(store.journal_head)
         self.head = await store.journal_head()
         store.journal_moved()
 
@@ -59,17 +61,30 @@ class JournalFollower:
         can only be dropped too often, never resurrect anything; the journal is read once it
         is back."""
         m = self._memory
+        if m.unsure_forgets:
+            await m.settle_forgets()
         if m.health.degraded:
             return await self._follow_degraded()
         try:
-            if m.store.journal_moved() or self.behind:
+            if m.store.journal_moved() or self.behind or m.cache.journal_due(self.head):
                 self.behind = True
-                await self.catch_up()
+                await self.follow_shared()
                 self.behind = False
         except StoreUnavailable as exc:
             self._failed(exc)
             return False
         return True
+
+    async def follow_shared(self) -> None:
+        """:meth:`catch_up`, after what a shared hot tier reported (``HotTier.journal_due``):
+        its floor set again if it lost its data, and our position brought up to that floor
+        and past any newer settings change its reads returned. A read may call it mid-call."""
+        m = self._memory
+        floor = await m.cache.restore_floor(m.store.journal_head)
+        await self.catch_up()
+        # Every entry up to the floor was committed when it was set, and catch_up applied
+        # those still kept: the position may stand on the floor even if its entry is gone.
+        self.head = max(self.head, floor)
 
     def _failed(self, exc: StoreUnavailable) -> None:
         self.error = str(exc)
@@ -98,7 +113,7 @@ class JournalFollower:
 
     async def _probe_journal(self) -> bool:
         try:
-            await self.catch_up()
+            await self.follow_shared()
         except StoreUnavailable as exc:
             self._failed(exc)
             return False

@@ -77,6 +77,16 @@ class _Reader:
         except StoreUnavailable as exc:
             self._failed(exc)  # the cached settings stay in use
 
+    async def follow_shared(self) -> bool:
+        """Follow the journal mid-build; False when the durable tier failed (the cached
+        settings stay in use)."""
+        try:
+            await self.memory.journal.follow_shared()
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            return False
+        return True
+
     async def get(self, key: ScopeKey) -> Entry | None:
         try:
             return await self.memory.get(key)
@@ -261,24 +271,13 @@ def _server_of(entry: Entry) -> str | None:
     return entry.key.owner_id if entry.key.kind == "server" else entry.server_id
 
 
-async def build_context(
-    turn: Turn, *, max_tokens: int | None = None, count_tokens: TokenCounter | None = None
-) -> Context:
-    """Everything memory contributes to this turn's prompt. See the module docstring."""
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
-    ):
-        raise InvalidInput("max_tokens", max_tokens, "None or a non-negative integer")
-    if count_tokens is not None and not callable(count_tokens):
-        raise InvalidInput("count_tokens", count_tokens, "a callable str -> int, or None")
+async def _gather(turn: Turn, reader: _Reader) -> tuple[_Recall, bool, list[Entry]]:
+    """The rules for this turn under the settings known now, whether the user keeps personal
+    memory, and the other channels' entries the turn may see, newest first."""
     memory = turn.memory
-    reader = _Reader(memory)
-    await reader.refresh_settings()
-    settings = turn.settings
-    recall = _Recall(turn, settings)
+    recall = _Recall(turn, turn.settings)
     personal = turn.effective_privacy() is Privacy.NONE
     opted_in = personal and memory.known_settings.user(turn.user_id).cross_server_opt_in
-
     candidates: list[Entry] = []
     if turn.server_id is not None:
         shared = await reader.owner("server", turn.server_id)
@@ -295,6 +294,29 @@ async def build_context(
             mine = [e for e in mine if e.server_id is None]  # other DMs only
         candidates = recall.candidates(mine, server_scope=False)
     candidates.sort(key=_newest, reverse=True)
+    return recall, personal, candidates
+
+
+async def build_context(
+    turn: Turn, *, max_tokens: int | None = None, count_tokens: TokenCounter | None = None
+) -> Context:
+    """Everything memory contributes to this turn's prompt. See the module docstring."""
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
+    ):
+        raise InvalidInput("max_tokens", max_tokens, "None or a non-negative integer")
+    if count_tokens is not None and not callable(count_tokens):
+        raise InvalidInput("count_tokens", count_tokens, "a callable str -> int, or None")
+    memory = turn.memory
+    reader = _Reader(memory)
+    await reader.refresh_settings()
+    recall, personal, candidates = await _gather(turn, reader)
+    if memory.cache.journal_due(memory.journal.head) and await reader.follow_shared():
+        # A shared hot tier's read returned a settings change newer than our position (a
+        # privacy choice or a server's settings another process made after our last
+        # follow): the journal is followed, and the entries gathered again under it.
+        recall, personal, candidates = await _gather(turn, reader)
+    settings = recall.settings
     recollections: list[Recollection] = []
     limit = memory.config.max_other_channels
     for entry in candidates:

@@ -1,5 +1,6 @@
--- ARGV: P, owner key, marker key. Returns marker, then (member, meta, d, m, exp) per record.
-local out = {redis.call('EXISTS', ARGV[3])}
+-- ARGV: P, owner key, marker key. Returns marker, the newest settings change recorded ('sv'),
+-- then (member, meta, d, m, exp) per record.
+local out = {redis.call('EXISTS', ARGV[3]), redis.call('GET', P .. 'sv') or '0'}
 for _, member in ipairs(redis.call('ZRANGE', ARGV[2], 0, -1)) do
   local f = redis.call('HMGET', P .. 'e:' .. member, 'meta', 'd', 'm', 'exp')
   if f[1] then

@@ -80,6 +80,17 @@ local function covered(pos_s, targets_json)
   return false
 end
 
+-- The floor (``P ep``, see RedisCache.restore_floor): the durable journal's end when this
+-- server was first used, or found empty again. `req` is '1' from a process that set or read
+-- it. Such a process's fenced write is refused when the floor is gone (the server lost its
+-- data, and the tombstones with it) or above the write's position (the write may predate a
+-- forget whose tombstones were lost). Returns true when refused.
+local function below_floor(req, pos_s)
+  if req == '' or pos_s == '' then return false end
+  local floor = tonumber(redis.call('GET', P .. 'ep') or '')
+  return floor == nil or tonumber(pos_s) < floor
+end
+
 local function remove(member)
   local rk = P .. 'e:' .. member
   local f = redis.call('HMGET', rk, 'ok', 'ck', 'au', 'size')

@@ -1,8 +1,13 @@
--- ARGV: P, seq, now, prune horizon, target... Records a forget's targets, then prunes the ones
--- older than the journal's retention.
+-- ARGV: P, seq, now, prune horizon, 's' for a settings change ('' for a forget), target...
+-- Records a forget's targets, then prunes the ones older than the journal's retention. A
+-- settings change also becomes the newest one ('sv'), which the owner reads return.
 local P = ARGV[1]
 local seq = tonumber(ARGV[2])
-for i = 5, #ARGV do
+if ARGV[5] == 's' and seq > tonumber(redis.call('GET', P .. 'sv') or '0') then
+  redis.call('SET', P .. 'sv', ARGV[2])
+end
+if #ARGV < 6 then return 1 end
+for i = 6, #ARGV do
   local cur = redis.call('HGET', P .. 'tb', ARGV[i])
   if not cur or tonumber(cur) < seq then redis.call('HSET', P .. 'tb', ARGV[i], ARGV[2]) end
   redis.call('ZADD', P .. 'tl', ARGV[3], ARGV[2] .. ' ' .. ARGV[i])
