@@ -175,11 +175,39 @@ async def test_the_nudge_alone_brings_a_tool_call(
     assert result.ok, result.message
 
 
+async def test_the_tool_named_in_a_reply_or_a_memory_is_no_nudge(
+    client: AsyncOpenAI, memory: shortterm.Memory
+) -> None:
+    """Only the operator's or shortterm's words ask for the tool: an earlier reply, or a
+    recalled line, that names it must not make every later turn call it."""
+    turn = turn_of(memory, "and now?")
+    named = f"I would call {texts.TOOL_NAME} here."
+    memory_block = (
+        f"⟦Tomo's memory of other recent conversations.⟧\n│ Tomo: {named}\n⟦end of memory⟧"
+    )
+    messages = [
+        {"role": "system", "content": "You are Tomo."},
+        {"role": "user", "content": memory_block},
+        {"role": "user", "content": "Ana: hi"},
+        {"role": "assistant", "content": named},
+        {"role": "user", "content": "Ana: and now?"},
+    ]
+    answer = await client.chat.completions.create(
+        model="m",
+        messages=messages,  # type: ignore[arg-type]
+        tools=turn.tools("openai"),  # type: ignore[arg-type]
+    )
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.choices[0].message.content == (
+        f'You said: "Ana: and now?". From memory: "Tomo: {named}".'
+    )
+
+
 async def test_no_tool_call_when_the_tool_is_not_offered(client: AsyncOpenAI) -> None:
     messages = [{"role": "user", "content": "please remember that I like tea"}]
     answer = await client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
     assert answer.choices[0].finish_reason == "stop"
-    assert f"{texts.TOOL_NAME} was not offered" in (answer.choices[0].message.content or "")
+    assert "memory tool was not offered" in (answer.choices[0].message.content or "")
 
 
 async def test_each_request_is_logged_with_its_answer(

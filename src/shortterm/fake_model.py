@@ -186,6 +186,13 @@ def _quoted(texts: Sequence[str]) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _nudges(role: str, text: str) -> bool:
+    # The operator's or shortterm's words naming the tool; not a quoted memory, not a reply.
+    return (
+        role in ("system", "developer", "user") and TOOL_NAME in text and not _is_memory_block(text)
+    )
+
+
 def read_prompt(body: Mapping[str, Any]) -> Prompt:
     """The parts of a chat-completions request the fake model answers from; ``BadRequest``
     for a malformed one."""
@@ -217,7 +224,7 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
         model=model,
         said=said,
         remembered=_quoted([text for _, text in messages]),
-        nudged=any(TOOL_NAME in text for _, text in messages),
+        nudged=any(_nudges(role, text) for role, text in messages),
         tool_result=tool_result,
         tool=tool,
         tool_choice=body.get("tool_choice", "auto"),
@@ -315,7 +322,7 @@ def reply_text(prompt: Prompt) -> str:
     else:
         parts.append("My memory is empty here.")
     if prompt.tool is None and prompt.tool_result is None and _asked(prompt):
-        parts.append(f"({TOOL_NAME} was not offered on this turn, so I cannot note it.)")
+        parts.append("(The memory tool was not offered on this turn, so I cannot note it.)")
     return " ".join(parts)
 
 
