@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import jsonschema
-import openai
 import pytest
 from click.testing import CliRunner
 from openai import AsyncOpenAI
@@ -77,7 +76,7 @@ async def tool_round(
     first = await client.chat.completions.create(
         model="m",
         messages=messages,
-        tools=tools,  # type: ignore[arg-type]
+        tools=tools,
     )
     message = first.choices[0].message
     assert first.choices[0].finish_reason == "tool_calls"
@@ -93,7 +92,7 @@ async def tool_round(
         message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": result.message},
     ]
-    second = await client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+    second = await client.chat.completions.create(model="m", messages=messages)
     assert second.choices[0].finish_reason == "stop"
     return arguments, result, second.choices[0].message.content or ""
 
@@ -116,8 +115,7 @@ async def test_a_plain_turn_echoes_and_quotes_memory_deterministically(
     assert any("#plans in this server" in (m["content"] or "") for m in messages)
 
     answers = [
-        await client.chat.completions.create(model="any-name", messages=messages)  # type: ignore[arg-type]
-        for _ in range(2)
+        await client.chat.completions.create(model="any-name", messages=messages) for _ in range(2)
     ]
     reply = answers[0].choices[0].message.content
     assert (
@@ -194,8 +192,8 @@ async def test_the_tool_named_in_a_reply_or_a_memory_is_no_nudge(
     ]
     answer = await client.chat.completions.create(
         model="m",
-        messages=messages,  # type: ignore[arg-type]
-        tools=turn.tools("openai"),  # type: ignore[arg-type]
+        messages=messages,
+        tools=turn.tools("openai"),
     )
     assert answer.choices[0].finish_reason == "stop"
     assert answer.choices[0].message.content == (
@@ -205,7 +203,7 @@ async def test_the_tool_named_in_a_reply_or_a_memory_is_no_nudge(
 
 async def test_no_tool_call_when_the_tool_is_not_offered(client: AsyncOpenAI) -> None:
     messages = [{"role": "user", "content": "please remember that I like tea"}]
-    answer = await client.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+    answer = await client.chat.completions.create(model="m", messages=messages)
     assert answer.choices[0].finish_reason == "stop"
     assert "memory tool was not offered" in (answer.choices[0].message.content or "")
 
@@ -214,7 +212,7 @@ async def test_each_request_is_logged_with_its_answer(
     client: AsyncOpenAI, fake: FakeModelProcess
 ) -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "log me"}]
-    answer = await client.chat.completions.create(model="logged", messages=messages)  # type: ignore[arg-type]
+    answer = await client.chat.completions.create(model="logged", messages=messages)
     record = fake.logged()[-1]
     assert record["path"] == "/v1/chat/completions"
     assert record["status"] == 200
@@ -224,11 +222,44 @@ async def test_each_request_is_logged_with_its_answer(
     )
 
 
-async def test_streaming_is_refused_clearly(client: AsyncOpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="does not stream"):
-        await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-        )
+async def test_a_stream_carries_the_same_answer(client: AsyncOpenAI) -> None:
+    messages = [{"role": "user", "content": "stream me"}]
+    whole = await client.chat.completions.create(model="m", messages=messages)
+    stream = await client.chat.completions.create(
+        model="m",
+        messages=messages,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, "stop"]
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+async def test_a_streamed_tool_call_is_the_same_call(
+    client: AsyncOpenAI, memory: shortterm.Memory
+) -> None:
+    said = "note that the stream works"
+    turn = turn_of(memory, said)
+    messages = await prompt_of(turn, said)
+    tools = turn.tools("openai")
+    whole = await client.chat.completions.create(model="m", messages=messages, tools=tools)
+    stream = await client.chat.completions.create(
+        model="m",
+        messages=messages,
+        tools=tools,
+        stream=True,
+    )
+    chunks = [chunk async for chunk in stream]
+    calls = [call for c in chunks for call in c.choices[0].delta.tool_calls or []]
+    (expected,) = whole.choices[0].message.tool_calls or []
+    assert [(c.index, c.id, c.function.name, c.function.arguments) for c in calls] == [
+        (0, expected.id, texts.TOOL_NAME, expected.function.arguments)
+    ]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 CHAT = "/v1/chat/completions"
@@ -267,7 +298,14 @@ BAD = [
         "tools[0].function",
     ),
     ("POST", CHAT, chat(model="m", messages=USER, n=3), 400, "n"),
-    ("POST", CHAT, chat(model="m", messages=USER, stream=True), 400, "stream"),
+    ("POST", CHAT, chat(model="m", messages=USER, stream="yes"), 400, "stream"),
+    (
+        "POST",
+        CHAT,
+        chat(model="m", messages=USER, stream=True, stream_options=[]),
+        400,
+        "stream_options",
+    ),
     ("GET", CHAT, b"", 405, None),
     ("POST", "/v1/models", b"", 405, None),
     ("GET", "/v1/embeddings", b"", 404, None),

@@ -18,9 +18,11 @@ end to end with no network and no key, and a test can assert on what it said:
   tool was not offered.)
 - **After a tool result** it answers in text and says what the tool answered.
 
-``POST /v1/chat/completions`` (non-streaming; ``stream: true`` is refused with a 400) and
-``GET /v1/models``. Any model name and any API key are accepted. Malformed requests get a 4xx in
-OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), never a 500.
+``POST /v1/chat/completions`` and ``GET /v1/models``. With ``stream: true`` the same answer
+comes as server-sent events: one chunk with the whole delta, one with the finish reason (and
+one with the usage when ``stream_options.include_usage`` asks), then ``data: [DONE]``. Any
+model name and any API key are accepted. Malformed requests get a 4xx in OpenAI's error shape
+(``{"error": {"message", "type", "param", "code"}}``), never a 500.
 :class:`RequestLog` appends each request, with the answer, to a JSON-lines file: that is how
 a user sees the prompt shortterm built.
 
@@ -63,6 +65,7 @@ __all__ = [
     "complete",
     "create_app",
     "run",
+    "stream_events",
 ]
 
 DEFAULT_PORT = 8800
@@ -199,10 +202,11 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model must be a non-empty string (any name will do)", "model")
-    if body.get("stream") not in (None, False):
-        raise BadRequest(
-            "shortterm fake-model does not stream: send stream: false (or leave it out)", "stream"
-        )
+    if body.get("stream") not in (None, False, True):
+        raise BadRequest("stream must be true or false", "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        _object(options, "stream_options")
     if body.get("n") not in (None, 1):
         raise BadRequest("shortterm fake-model answers with one choice: n must be 1", "n")
     messages = _messages(body)
@@ -370,6 +374,32 @@ def complete(body: object) -> dict[str, Any]:
     return _envelope(body, prompt, message, "stop")
 
 
+def stream_events(answer: Mapping[str, Any], *, usage: bool = False) -> str:
+    """``answer`` (from :func:`complete`) as the server-sent events of a streamed completion."""
+    choice = answer["choices"][0]
+    head = {k: answer[k] for k in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+    delta = dict(choice["message"])
+    if delta.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+    ]
+    if usage:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    events = [f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n" for chunk in chunks]
+    return "".join(events) + "data: [DONE]\n\n"
+
+
+def _streamed(body: object) -> tuple[bool, bool]:
+    """Whether a (valid) request asked for a stream, and for the usage chunk in it."""
+    if not isinstance(body, Mapping) or body.get("stream") is not True:
+        return False, False
+    options = body.get("stream_options") or {}
+    return True, options.get("include_usage") is True
+
+
 # -- serving ----------------------------------------------------------------------------------
 
 
@@ -451,6 +481,9 @@ def create_app(
             log.write({**record, "response": answer})
         if echo is not None:
             echo(f"chat completion: {_outcome(answer)}")
+        stream, usage = _streamed(body)
+        if stream:
+            return Response(stream_events(answer, usage=usage), media_type="text/event-stream")
         return JSONResponse(answer)
 
     async def models(request: Request) -> Response:

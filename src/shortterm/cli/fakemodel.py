@@ -25,9 +25,10 @@ def fake_model(host: str, port: int, log_requests: Path | None) -> None:
 
     It answers deterministically from the request: it echoes the user's last message and
     quotes what it finds in shortterm's memory blocks, and calls update_short_term_memory when
-    that tool is offered and the user asked to remember something (or the nudge asks for a
-    fresh summary). Any model name and API key are accepted; stream: true is refused.
-    Needs the [sidecar] extra (from a clone: pip install -e '.[sidecar]').
+    that tool is offered and the user asks to note something ("note that ...", "keep in mind
+    ...") or the nudge asks for a fresh summary. Any model name and API key are accepted;
+    stream: true is served too. Needs the [sidecar] extra (from a clone:
+    pip install -e '.[sidecar]').
 
     \b
     Example: shortterm fake-model --log-requests prompts.jsonl
