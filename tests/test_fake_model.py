@@ -15,9 +15,12 @@ import httpx
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 import shortterm
+from shortterm import fake_model
 from shortterm.cli import EXIT_EXTRA_MISSING, EXIT_INVALID, main
 from shortterm.model import Category, ServerSettings
 from shortterm.tool import texts
@@ -263,11 +266,16 @@ async def test_a_streamed_tool_call_is_the_same_call(
 
 
 CHAT = "/v1/chat/completions"
-USER = [{"role": "user", "content": "x"}]
+USER = [{"role": "user", "content": "note that x"}]  # asks for the tool, when one is offered
 
 
 def chat(**fields: object) -> bytes:
     return json.dumps(fields).encode()
+
+
+def memory_tool(**parameters: object) -> dict[str, object]:
+    function = {"name": texts.TOOL_NAME, "parameters": {"type": "object", **parameters}}
+    return {"type": "function", "function": function}
 
 
 BAD = [
@@ -298,6 +306,27 @@ BAD = [
         "tools[0].function",
     ),
     ("POST", CHAT, chat(model="m", messages=USER, n=3), 400, "n"),
+    (
+        "POST",
+        CHAT,
+        chat(model="m", messages=USER, tools=[memory_tool(properties=[])]),
+        400,
+        "tools[0].function.parameters.properties",
+    ),
+    (
+        "POST",
+        CHAT,
+        chat(model="m", messages=USER, tools=[memory_tool(properties={"summary": 1})]),
+        400,
+        "tools[0].function.parameters.properties.summary",
+    ),
+    (
+        "POST",
+        CHAT,
+        chat(model="m", messages=USER, tools=[memory_tool(required="summary")]),
+        400,
+        "tools[0].function.parameters.required",
+    ),
     ("POST", CHAT, chat(model="m", messages=USER, stream="yes"), 400, "stream"),
     (
         "POST",
@@ -356,3 +385,66 @@ def test_without_the_sidecar_extra_it_says_what_to_install() -> None:
     )
     assert proc.returncode == EXIT_EXTRA_MISSING, proc.stderr
     assert "shortterm[sidecar]" in proc.stderr
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system"])},
+    optional={
+        "content": st.sampled_from(["note that x", "hi"]) | st.text(max_size=40) | JSON,
+        "tool_calls": JSON,
+    },
+) | st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]), JSON)
+PROPERTY = st.fixed_dictionaries(
+    {}, optional={"type": st.sampled_from(["string", "null", "STRING"]) | JSON, "maxLength": JSON}
+)
+PARAMETERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "properties": st.dictionaries(st.text(max_size=8), PROPERTY | JSON, max_size=3)
+        | st.lists(JSON, min_size=1, max_size=2)
+        | JSON,
+        "required": st.lists(st.text(max_size=8), max_size=3) | JSON,
+        "description": JSON,
+    },
+)
+TOOL = st.builds(lambda parameters: memory_tool(**parameters), PARAMETERS) | JSON
+# Mostly well-formed at the top, so the checks deep inside (tools, schemas) are reached too.
+BODY = st.fixed_dictionaries(
+    {
+        "model": st.just("m"),
+        "messages": st.lists(MESSAGE, max_size=3).map(lambda m: [*m, *USER]) | st.lists(MESSAGE),
+    },
+    optional={
+        "tools": st.lists(TOOL, max_size=2) | JSON,
+        "tool_choice": st.sampled_from(["auto", "none", "required"]) | JSON,
+        "stream": st.booleans() | JSON,
+        "stream_options": JSON,
+        "n": JSON,
+    },
+) | st.dictionaries(st.sampled_from(["model", "messages", "tools", "stream", "n"]), JSON)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(body=BODY | JSON)
+def test_any_json_is_answered_or_refused_never_a_crash(body: object) -> None:
+    """complete() is what the route runs: anything else it raised would be a 500."""
+    try:
+        answer = fake_model.complete(body)
+    except fake_model.BadRequest as exc:
+        refused: fake_model.BadRequest | None = exc
+    else:
+        refused = None
+    if refused is not None:
+        assert 400 <= refused.status < 500
+        assert refused.message
+        return
+    assert answer["choices"][0]["finish_reason"] in ("stop", "tool_calls")
+    json.dumps(answer)
+    fake_model.stream_events(answer, usage=True)

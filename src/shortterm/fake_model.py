@@ -152,6 +152,17 @@ def _messages(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     return read
 
 
+def _check_schema(parameters: object, param: str) -> None:
+    """As much of a JSON schema as the arguments are built from."""
+    parameters = _object(parameters, param)
+    properties = _object(parameters.get("properties", {}), f"{param}.properties")
+    for name, prop in properties.items():
+        _object(prop, f"{param}.properties.{name}")
+    required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise BadRequest(f"{param}.required must be a list of names", f"{param}.required")
+
+
 def _memory_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     tools = body.get("tools")
     if tools is None:
@@ -167,7 +178,7 @@ def _memory_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if not isinstance(function.get("name"), str):
             raise BadRequest(f"tools[{i}].function.name must be a string", f"tools[{i}]")
         if "parameters" in function:
-            _object(function["parameters"], f"tools[{i}].function.parameters")
+            _check_schema(function["parameters"], f"tools[{i}].function.parameters")
         if function["name"] == TOOL_NAME:
             found = function
     return found
@@ -296,7 +307,6 @@ def tool_arguments(function: Mapping[str, Any], said: Sequence[str]) -> dict[str
     arguments: dict[str, Any] = {}
     filled = False
     for name, prop in properties.items():
-        prop = prop if isinstance(prop, Mapping) else {}
         types = _types(prop)
         first = not filled and (not types or "string" in types)
         if first or (name in required and types == ["string"]):
