@@ -1,13 +1,26 @@
 """A Discord bot with working memory: discord.py, shortterm and any OpenAI-compatible model.
 
-::
+From the clone (shortterm is not on PyPI yet)::
 
-    pip install 'shortterm[discord,openai]'
+    pip install -e '.[discord,openai]'
     export DISCORD_TOKEN=...                          # Developer Portal → your app → Bot
     export BOT_MODEL=gpt-4o-mini                      # a model the server below knows
     export OPENAI_API_KEY=...                         # OpenAI needs one; local servers don't
     export OPENAI_BASE_URL=http://127.0.0.1:8080/v1   # optional: llama.cpp, Ollama (:11434/v1), ...
     python examples/discord_bot.py
+
+With no model service, point it at ``shortterm fake-model`` (``pip install -e '.[sidecar]'``;
+it echoes, quotes what it finds in the memory blocks and calls the memory tool when asked to
+note something)::
+
+    shortterm fake-model --log-requests prompts.jsonl &
+    export OPENAI_BASE_URL=http://127.0.0.1:8800/v1 BOT_MODEL=shortterm-fake   # no key needed
+    python examples/discord_bot.py
+
+With no Discord either, ``examples/discord_offline.py`` runs this bot's :func:`respond` on
+offline discord.py objects (``shortterm.integrations.discord_offline``)::
+
+    python examples/discord_offline.py --base-url http://127.0.0.1:8800/v1
 
 Optional: ``SHORTTERM_STORE`` (default ``sqlite:///shortterm.db``), ``SHORTTERM_CACHE``
 (default ``memory://``), ``BOT_HISTORY`` (how many earlier channel messages the model sees,

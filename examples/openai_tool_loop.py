@@ -1,11 +1,26 @@
 """One bot turn with shortterm and the official ``openai`` client: context → tools → model →
 tool call → capture.
 
-Works against any OpenAI-compatible endpoint::
+Works against any OpenAI-compatible endpoint. From the clone (shortterm is not on PyPI yet)::
 
-    pip install 'shortterm[openai]'
+    pip install -e '.[openai]'
     python examples/openai_tool_loop.py --base-url http://127.0.0.1:8000/v1 --model my-model \\
         --store sqlite:///bot.db "what did we decide about the hike?"
+
+Offline, with no model service and no key, against ``shortterm fake-model`` (it echoes, quotes
+what it finds in the memory blocks, and calls the memory tool when asked to note something)::
+
+    pip install -e '.[openai,sidecar]'
+    shortterm fake-model --log-requests prompts.jsonl &     # http://127.0.0.1:8800/v1
+    python examples/openai_tool_loop.py --base-url http://127.0.0.1:8800/v1 \\
+        --model shortterm-fake --store sqlite:///bot.db --channel-id plans \\
+        "note that we hike the ridge trail on Saturday at 8"
+    python examples/openai_tool_loop.py --base-url http://127.0.0.1:8800/v1 \\
+        --model shortterm-fake --store sqlite:///bot.db --channel-id general "ready?"
+
+The second reply quotes the #plans summary from memory, and the last line of
+``prompts.jsonl`` is the request the model received, memory block included. (``--api-key``
+defaults to a dummy value: local servers ignore it.)
 
 The model sees the channel's working memory, may call ``update_short_term_memory`` (at most
 once per turn: shortterm stops offering it after a successful update), and its final answer

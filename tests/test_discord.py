@@ -1,7 +1,7 @@
 """The discord.py helpers against real discord.py objects built from gateway payloads.
 
-No network: see ``tests/discord_objects.py`` for how the objects are made and for the one
-stand-in (the adapter that records interaction answers instead of posting them).
+No network: see ``shortterm.integrations.discord_offline`` for how the objects are made and for
+the one stand-in (the adapter that records interaction answers instead of posting them).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from shortterm.integrations.discord import (
     format_memory,
     turn_kwargs,
 )
-from tests.discord_objects import (
+from shortterm.integrations.discord_offline import (
     ANA_ID,
     BEN_ID,
     BOT_ID,

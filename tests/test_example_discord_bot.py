@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
@@ -17,8 +20,7 @@ import pytest
 from openai import AsyncOpenAI
 
 import shortterm
-from shortterm.tool import texts
-from tests.discord_objects import (
+from shortterm.integrations.discord_offline import (
     ANA_ID,
     BEN_ID,
     BOT_ID,
@@ -29,6 +31,8 @@ from tests.discord_objects import (
     World,
     make_world,
 )
+from shortterm.tool import texts
+from tests.fake_model_process import fake_model_process
 from tests.support import FakeClock
 from tests.test_example_tool_loop import ScriptedModel, text, tool_call
 
@@ -242,3 +246,61 @@ async def test_the_bot_answers_mentions_replies_and_dms_only(
     assert bot.intents.message_content
     assert not bot.allowed_mentions.everyone
     assert not bot.allowed_mentions.roles
+
+
+# -- offline, as docs/discord.md runs it ---------------------------------------------------------
+
+OFFLINE = EXAMPLE.parent / "discord_offline.py"
+DOCS = EXAMPLE.parent.parent / "docs" / "discord.md"
+
+
+def documented_scene() -> list[str]:
+    """The transcript docs/discord.md shows under "Try it offline"."""
+    section = DOCS.read_text("utf-8").split("## Try it offline", 1)[1]
+    return section.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def test_the_offline_example_recalls_plans_in_general(tmp_path: Path) -> None:
+    """`shortterm fake-model` and examples/discord_offline.py, each a process of its own: the
+    note taken in #plans is in the prompt of the turn in #general, and in its reply."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    with fake_model_process(tmp_path / "prompts.jsonl") as model:
+        proc = subprocess.run(
+            [sys.executable, str(OFFLINE), "--base-url", model.url],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        sent = model.chats()
+    assert proc.returncode == 0, proc.stderr
+    note = "@Tomo note that we hike the ridge trail on Saturday at 8, Ben brings the map"
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == [
+        "#plans ben: who's bringing what on Saturday?",
+        f"#plans Ana B.: {note}",
+        f'#plans Tomo: Notes updated. You said: "Ana B.: {note}". My memory is empty here.',
+    ]
+    assert lines[5].startswith('#general Tomo: You said: "Ana B.: @Tomo are we still on')
+    assert f'"Ana B.: {note}"' in lines[5]
+    assert lines == documented_scene()  # docs/discord.md shows this very output
+    assert ["tools" in request for request in sent] == [True, False, True]
+    recalled = sent[-1]["messages"][1]  # anchored right after the system prompt
+    assert recalled["role"] == "user"
+    assert "⟦#plans in this server · summary written" in recalled["content"]
+    assert f"│ Ana B.: {note}" in recalled["content"].splitlines()
+
+
+def test_the_offline_objects_name_the_extra_without_discord_py() -> None:
+    code = (
+        "import sys; sys.modules['discord'] = None\n"
+        "try:\n"
+        "    import shortterm.integrations.discord_offline\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("ExtraMissing ")
+    assert "shortterm[discord]" in out.stdout
+
+
+def test_the_offline_world_refuses_an_unknown_channel() -> None:
+    with pytest.raises(shortterm.InvalidInput, match="channel_id"):
+        make_world().channel(12345)

@@ -24,6 +24,7 @@ import pytest
 
 import shortterm
 from shortterm.tool import texts
+from tests.fake_model_process import FakeModelProcess, fake_model_process
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "openai_tool_loop.py"
 SUMMARY = "Ana and Tomo planned a Saturday hike on the ridge trail, leaving at 8."
@@ -189,24 +190,51 @@ def test_the_prompt_needs_only_the_turn(example: ModuleType) -> None:
     assert "Raw messages live only in the hot tier" in doc and "only the summaries" in doc
 
 
+def run_example(model: FakeModelProcess, store: str, said: str, *flags: str) -> str:
+    """Run the example as a user would, in a process of its own; its stdout (the reply)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    proc = subprocess.run(
+        [
+            sys.executable, str(EXAMPLE), "--base-url", model.url, "--model", "shortterm-fake",
+            "--store", store, *flags, said,
+        ],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_offline_a_turn_then_another_channel_recalls_it(tmp_path: Path) -> None:
+    """`shortterm fake-model` and the example, each a process of its own, as the docs say:
+    a note taken in #plans is in the prompt of a turn in #general of the same server."""
+    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    said = "note that we hike the ridge trail on Saturday at 8"
+    with fake_model_process(tmp_path / "prompts.jsonl") as model:
+        first = run_example(model, store, said, "--channel-id", "plans")
+        second = run_example(model, store, "ready?", "--channel-id", "general")
+        sent = model.chats()
+    assert first == f'Notes updated. You said: "Ana: {said}". My memory is empty here.'
+    assert second == f'You said: "Ana: ready?". From memory: "Ana: {said}".'
+    # #plans: the tool offered and called, then the answer; #general: one plain request.
+    assert ["tools" in request for request in sent] == [True, False, True]
+    blocks = [m["content"] for m in sent[-1]["messages"] if m["content"].startswith("⟦")]
+    assert len(blocks) == 1
+    assert "in this server · summary written" in blocks[0]
+    assert f"│ Ana: {said}" in blocks[0].splitlines()
+
+
 def test_the_flags_show_another_channel_recalled(
     tmp_path: Path, scale_urls: tuple[str, str]
 ) -> None:
     """Run as a user would, twice: #plans, then #general for the same user, on a shared cache."""
     _, cache = scale_urls
     store = f"sqlite:///{tmp_path / 'bot.db'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
-    with ScriptedModel([text("Water and snacks."), text("Ready!")]) as model:
-        for channel, said in (("plans", "pack list for Saturday?"), ("general", "ready?")):
-            proc = subprocess.run(
-                [
-                    sys.executable, str(EXAMPLE), "--base-url", model.base_url, "--model", "m",
-                    "--store", store, "--cache", cache, "--user-id", "u9", "--user-name", "Bo",
-                    "--channel-id", channel, "--server-id", "g9", said,
-                ],
-                env=env, capture_output=True, text=True, timeout=60,
-            )  # fmt: skip
-            assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "Ready!"
-    prompt = "\n".join(m.get("content") or "" for m in model.requests[1]["messages"])
-    assert "Bo: pack list for Saturday?" in prompt and "Water and snacks." in prompt
+    flags = ["--cache", cache, "--user-id", "u9", "--user-name", "Bo", "--server-id", "g9"]
+    with fake_model_process(tmp_path / "prompts.jsonl") as model:
+        run_example(model, store, "pack list for Saturday?", *flags, "--channel-id", "plans")
+        reply = run_example(model, store, "ready?", *flags, "--channel-id", "general")
+        sent = model.chats()
+    assert reply.startswith('You said: "Bo: ready?". From memory: "Bo: pack list for Saturday?"')
+    prompt = "\n".join(m.get("content") or "" for m in sent[-1]["messages"])
+    assert "│ Bo: pack list for Saturday?" in prompt
+    assert '│ Tomo: You said: "Bo: pack list for Saturday?".' in prompt

@@ -19,7 +19,15 @@ and :mod:`.running` (demo, serve, mcp). Importing a module registers its command
 
 from __future__ import annotations
 
-from . import bench, forgetting, looking, maintenance, running, transfer  # noqa: F401 - registers
+from . import (  # noqa: F401 - registers
+    bench,
+    fakemodel,
+    forgetting,
+    looking,
+    maintenance,
+    running,
+    transfer,
+)
 from .app import (
     EXIT_DECLINED,
     EXIT_EXTRA_MISSING,

@@ -4,6 +4,8 @@ Each submodule is imported on its own and never by ``import shortterm``:
 
 - :mod:`shortterm.integrations.discord`: discord.py helpers (message conversion, turn
   arguments, a cog with ``/refresh`` and ``/memory``); needs ``pip install 'shortterm[discord]'``.
+- :mod:`shortterm.integrations.discord_offline`: real discord.py objects built with no Discord
+  connection (a guild, messages, interactions), to try or test a bot offline; same extra.
 - :mod:`shortterm.integrations.chat_exporter`: warm a channel's memory from a DiscordChatExporter
   JSON file; plain Python, no extra needed.
 """

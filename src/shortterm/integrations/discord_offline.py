@@ -1,10 +1,28 @@
-"""Real discord.py objects built from gateway payloads, with no network.
+"""Real discord.py objects with no Discord: try a bot's turn offline, or test one.
+
+::
+
+    from shortterm.integrations.discord_offline import ANA_ID, BOT_ID, GENERAL_ID, make_world
+
+    world = make_world()                       # a bot "logged in" to one guild, "Hikers"
+    general = world.channel(GENERAL_ID)        # #general (also #plans, a thread, a DM)
+    message = world.message(general, ANA_ID, f"<@{BOT_ID}> hi", mentions=[BOT_ID])
+    history = convert_history([message], bot_id=BOT_ID)   # what your bot would do with it
 
 A ``commands.Bot`` is constructed but never logged in; its connection state parses a
 GUILD_CREATE payload as the gateway would send it, and messages and interactions are built from
-their payload dicts by discord.py's own constructors. The one stand-in is
-:class:`RecordingAdapter`: discord.py sends an interaction's answer through a webhook adapter
-held in a context variable, and this one records the request instead of posting it.
+their payload dicts by discord.py's own constructors, so they behave as received ones do
+(mentions, member nicknames, replies, threads, permissions). The one stand-in is
+:class:`RecordingAdapter` (see :func:`recording`): discord.py sends an interaction's answer
+through a webhook adapter held in a context variable, and this one records the request instead
+of posting it. ``examples/discord_offline.py`` runs the example bot's turns on these objects
+against ``shortterm fake-model``.
+
+The guild: ``Hikers`` (:data:`GUILD_ID`) with ``#general``, ``#plans`` and a thread
+``saturday-hike`` under ``#general``; the bot ``Tomo`` (:data:`BOT_ID`), ``Ana B.``
+(:data:`ANA_ID`, an Organiser), ``ben`` (:data:`BEN_ID`) and ``Cal`` (:data:`CAL_ID`, a member
+the cache does not hold). Needs ``pip install 'shortterm[discord]'`` (from a clone:
+``pip install -e '.[discord]'``).
 """
 
 from __future__ import annotations
@@ -15,9 +33,38 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import discord
-from discord.ext import commands
-from discord.webhook.async_ import AsyncWebhookAdapter, async_context
+from ..model.errors import ExtraMissing, InvalidInput
+
+try:
+    import discord
+    from discord.ext import commands
+    from discord.webhook.async_ import AsyncWebhookAdapter, async_context
+except ImportError as exc:
+    raise ExtraMissing("discord", "discord.py") from exc
+
+__all__ = [
+    "ANA_ID",
+    "BEN_ID",
+    "BOT_ID",
+    "CAL_ID",
+    "DM_ID",
+    "GENERAL_ID",
+    "GUILD_ID",
+    "MANAGE_MESSAGES",
+    "ORGANISERS_ID",
+    "PLANS_ID",
+    "SEND_MESSAGES",
+    "T0",
+    "THREAD_ID",
+    "WEBHOOK_ID",
+    "RecordingAdapter",
+    "Sent",
+    "World",
+    "guild_create",
+    "make_world",
+    "recording",
+    "webhook_author",
+]
 
 BOT_ID = 900000000000000001
 ANA_ID = 111111111111111111
@@ -156,25 +203,28 @@ class World:
     @property
     def guild(self) -> discord.Guild:
         guild = self.bot.get_guild(GUILD_ID)
-        assert guild is not None
+        if guild is None:  # only if someone removed it from the bot's cache
+            raise LookupError(f"the bot no longer knows guild {GUILD_ID}")
         return guild
 
     def channel(self, channel_id: int) -> discord.TextChannel | discord.Thread:
+        """#general, #plans or the thread, by id."""
         found = self.guild.get_channel_or_thread(channel_id)
-        assert isinstance(found, discord.TextChannel | discord.Thread)
+        if not isinstance(found, discord.TextChannel | discord.Thread):
+            allowed = f"GENERAL_ID, PLANS_ID or THREAD_ID ({GENERAL_ID}, {PLANS_ID}, {THREAD_ID})"
+            raise InvalidInput("channel_id", channel_id, allowed)
         return found
 
     def dm(self, user_id: int = ANA_ID) -> discord.DMChannel:
-        return discord.DMChannel(
-            me=self.state.user,
-            state=self.state,
-            data={
-                "id": str(DM_ID),
-                "type": 1,
-                "recipients": [USERS[user_id]],
-                "last_message_id": None,
-            },
-        )
+        """The bot's DM channel with ``user_id``."""
+        # A payload as the gateway sends it; discord.py's TypedDicts are stricter than Discord.
+        data: Any = {
+            "id": str(DM_ID),
+            "type": 1,
+            "recipients": [USERS[user_id]],
+            "last_message_id": None,
+        }
+        return discord.DMChannel(me=self.state.user, state=self.state, data=data)
 
     def message(
         self,
@@ -296,7 +346,8 @@ def make_world(bot: commands.Bot | None = None) -> World:
             command_prefix=commands.when_mentioned, intents=discord.Intents.default()
         )
     state = bot._connection
-    state.user = discord.ClientUser(state=state, data=USERS[BOT_ID])  # what login() sets
+    me: Any = USERS[BOT_ID]
+    state.user = discord.ClientUser(state=state, data=me)  # what login() sets
     state.parse_guild_create(guild_create())  # as the gateway delivers it
     return World(bot)
 
@@ -314,29 +365,31 @@ def webhook_author(name: str) -> dict[str, Any]:
 
 @dataclass
 class Sent:
+    """One request discord.py would have sent to Discord."""
+
     method: str
     path: str
     payload: dict[str, Any] | None
 
     @property
     def content(self) -> str:
-        assert self.payload is not None
-        return str(self.payload["data"].get("content"))
+        data = (self.payload or {}).get("data") or {}
+        return str(data.get("content"))
 
     @property
     def ephemeral(self) -> bool:
-        assert self.payload is not None
-        return bool(self.payload["data"].get("flags", 0) & 64)
+        data = (self.payload or {}).get("data") or {}
+        return bool(data.get("flags", 0) & 64)
 
 
 class RecordingAdapter(AsyncWebhookAdapter):
     """Records the requests discord.py would send to Discord, and answers as Discord does."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.sent: list[Sent] = []
 
-    async def request(  # type: ignore[override]
+    async def request(
         self, route: Any, session: Any, *, payload: dict[str, Any] | None = None, **_: Any
     ) -> Any:
         self.sent.append(Sent(route.method, route.path, payload))
@@ -354,6 +407,8 @@ class RecordingAdapter(AsyncWebhookAdapter):
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[Sent]]:
+    """Within it, interaction answers (``interaction.response.send_message`` and the like) are
+    recorded in the yielded list instead of being posted."""
     adapter = RecordingAdapter()
     token = async_context.set(adapter)
     try:
