@@ -31,9 +31,9 @@ __all__ = [
     "RequestShape",
 ]
 
-# Served without a token: liveness, and the inspector's static files (they hold no memory; the
-# page reads everything through /v1 with the token, see inspector.py).
-OPEN_PATHS = frozenset({"/healthz", *UI_PATHS})
+# Served without a token: liveness, readiness, and the inspector's static files (they hold no
+# memory; the page reads everything through /v1 with the token, see inspector.py).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", *UI_PATHS})
 
 
 class RequestMetrics:
