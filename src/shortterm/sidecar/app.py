@@ -12,6 +12,7 @@ import hmac
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from .. import __version__
 from ..memory.facade import Memory
@@ -118,8 +119,9 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.state.turns = turns
     app.state.metrics = metrics
     app.state.settings = chosen
-    app.include_router(build_router(memory, turns, chosen))
-    app.include_router(build_inspector())
+    api, inspector = build_router(memory, turns, chosen), build_inspector()
+    app.include_router(api)
+    app.include_router(inspector)
 
     @app.get("/healthz", tags=["service"], summary="Liveness")
     async def healthz() -> HealthOut:
@@ -168,5 +170,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.add_middleware(BearerAuth, token=chosen.token)
     app.add_middleware(BrowserGuard, token=chosen.token)
     app.add_middleware(RequestShape)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    # Every route, flat, for naming the route of a request refused before routing.
+    routes = [*api.routes, *inspector.routes, *(r for r in app.routes if isinstance(r, Route))]
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     return app
