@@ -29,7 +29,7 @@ def test_setup_says_what_it_installs_before_pip_runs() -> None:
     first_pip = next(i for i, line in enumerate(plan) if " -m pip install" in line)
     said = [line for line in plan[:first_pip] if line.startswith("echo ")]
     assert len(said) == 1
-    assert "pip installs shortterm" in said[0] and "minutes" in said[0]
+    assert "pip installs shortterm" in said[0] and "minute" in said[0]
 
 
 def readme_command_lines() -> list[str]:
