@@ -12,6 +12,7 @@ import email
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,3 +120,18 @@ def test_the_wheel_installs_with_the_sidecar_extra_in_a_fresh_venv(
         capture_output=True, text=True, env=env, check=True, cwd=tmp_path,
     ).stdout  # fmt: skip
     assert where.startswith(str(env_dir)), where  # the installed copy, not the clone's
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_dist_builds_checks_and_packs_both_packages() -> None:
+    plan = subprocess.run(
+        ["make", "-n", "-B", "dist"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    steps = [
+        "-m build --outdir dist .",
+        "-m twine check --strict dist/*",
+        "cd clients/typescript && npm ci && npm run build && "
+        "npm pack --pack-destination ../../dist",
+    ]
+    where = [plan.find(step) for step in steps]
+    assert -1 not in where and where == sorted(where), plan
