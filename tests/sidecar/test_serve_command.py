@@ -4,6 +4,7 @@ message for a port in use, and a warning when replicas could not share their tur
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from shortterm import ConfigError
 from shortterm.cli.app import EXIT_EXTRA_MISSING, EXIT_INVALID, EXIT_UNAVAILABLE
-from shortterm.sidecar.run import sharing_warning
+from shortterm.sidecar import SidecarSettings
+from shortterm.sidecar.run import check_port, sharing_warning
 
 CLOSED_PORT_PG = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
 
@@ -81,3 +84,17 @@ def test_the_sharing_warning_names_the_fix(store: str, cache: str, warned: bool)
     assert (warning is not None) is warned
     if warning is not None:
         assert "SHORTTERM_CACHE" in warning and "one replica" in warning
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_a_port_in_use_is_found_on_every_loopback_spelling(host: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.create_server((host, 0), family=family)
+    except OSError:
+        pytest.skip(f"cannot listen on {host} here")
+    with listener:
+        port = listener.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port {port} on {re.escape(host)} is in use"):
+            check_port(SidecarSettings(host=host, port=port))
+    check_port(SidecarSettings(host=host, port=port))  # free again: no error

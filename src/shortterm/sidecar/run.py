@@ -87,7 +87,8 @@ def check_port(settings: SidecarSettings) -> None:
         return
     try:
         # create_server sets SO_REUSEADDR as uvicorn does: a port in TIME_WAIT is free.
-        socket.create_server((settings.host, settings.port)).close()
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        socket.create_server((settings.host.strip("[]"), settings.port), family=family).close()
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             return  # anything else (an address not on this machine, …) uvicorn reports
