@@ -40,9 +40,9 @@ def serve(host: str | None, port: int | None, store: str, cache: str, quickstart
     """Run the HTTP sidecar (JSON under /v1, /healthz, /readyz, /metrics, /openapi.json).
 
     On an address other than loopback it refuses to start without SHORTTERM_TOKEN, and with a
-    token every route but /healthz and /readyz needs 'Authorization: Bearer <token>'. SHORTTERM_HOST,
-    SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S, SHORTTERM_MAX_TURNS and
-    the library's SHORTTERM_* settings are read from the environment.
+    token every route but /healthz and /readyz needs 'Authorization: Bearer <token>'.
+    SHORTTERM_HOST, SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S,
+    SHORTTERM_MAX_TURNS and the library's SHORTTERM_* settings are read from the environment.
 
     \b
     Example: shortterm serve --quickstart --store sqlite:///bot.db

@@ -177,8 +177,8 @@ class BrowserGuard:
 
 
 class BearerAuth:
-    """With a token, every route but the open paths (``/healthz``, the inspector's files) needs
-    ``Authorization: Bearer <token>``."""
+    """With a token, every route but the open paths (``/healthz``, ``/readyz``, the inspector's
+    files) needs ``Authorization: Bearer <token>``."""
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app
