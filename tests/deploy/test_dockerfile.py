@@ -39,7 +39,9 @@ def free_port() -> int:
 
 def test_the_image_runs_as_a_non_root_user_it_creates() -> None:
     image = read(DOCKERFILE)
-    major, minor = map(int, re.fullmatch(r"python:(\d+)\.(\d+)-slim", image.base).groups())  # type: ignore[union-attr]
+    version = re.fullmatch(r"python:(\d+)\.(\d+)-slim", image.base)
+    assert version is not None, image.base
+    major, minor = int(version[1]), int(version[2])
     assert (major, minor) >= (3, 11)
     runs = [arg for name, arg in image.steps if name == "RUN"]
     creates = [shlex.split(arg) for arg in runs if arg.startswith("useradd ")]
