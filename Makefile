@@ -1,10 +1,13 @@
 # Every target sets itself up on a fresh machine: a local .venv with the project installed.
+# `make run` installs only what serving needs; the other targets add the dev tools.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+CKSUM  := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(CKSUM)
+SERVE  := $(VENV)/.serving-$(CKSUM)
 
-.PHONY: run demo test browser lint bench clean
+.PHONY: run demo test browser lint bench dist clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): pip installs shortterm with its dev, postgres and redis extras (quiet; 1-2 minutes on a fresh clone)"
@@ -13,14 +16,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-run: $(STAMP)            ## the HTTP sidecar on 127.0.0.1:8765, SQLite ./shortterm.db
+# The sidecar alone: no test or lint tools (the dev install above includes all of it).
+$(SERVE): pyproject.toml
+	@echo "setting up $(VENV): pip installs shortterm with its sidecar extra only (quiet; under a minute on a fresh clone)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[sidecar]'
+	rm -f $(VENV)/.serving-* && touch $(SERVE)
+
+run: $(SERVE)            ## the HTTP sidecar on 127.0.0.1:8765, SQLite ./shortterm.db
 	$(BIN)/shortterm serve --quickstart
 
-demo: $(STAMP)           ## the scripted demo on SQLite (./shortterm-demo.db)
+demo: $(SERVE)           ## the scripted demo on SQLite (./shortterm-demo.db)
 	$(BIN)/shortterm demo
 
+POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
+REDIS_URL    ?= redis://127.0.0.1:6379/0
+
+# The PostgreSQL and Redis tests run when both answer at POSTGRES_URL and REDIS_URL (a quick
+# probe); SHORTTERM_TEST_POSTGRES_URL / SHORTTERM_TEST_REDIS_URL, when set, win (CI sets them).
 test: $(STAMP) browser   ## the whole test suite
-	$(BIN)/python -m pytest
+	@eval "$$($(BIN)/python scripts/local_services.py --postgres '$(POSTGRES_URL)' --redis '$(REDIS_URL)')" && \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The inspector's tests drive a real browser: Debian's Chromium (not a downloaded one).
 CHROMIUM ?= /usr/bin/chromium
@@ -41,9 +58,6 @@ lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff format --check src tests benchmarks scripts examples
 	$(BIN)/mypy
 
-POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
-REDIS_URL    ?= redis://127.0.0.1:6379/0
-
 bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on demand)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/shortterm bench --output docs/benchmarks.md --json docs/benchmarks.json \
@@ -53,5 +67,15 @@ bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on
 	$(BIN)/python benchmarks/bench_sidecar.py --replicas 1,2 --clients 1,4 --turns 3000 \
 		--postgres $(POSTGRES_URL) --redis $(REDIS_URL) --write docs/benchmarks.md
 
+# What we ship: the wheel and sdist (metadata checked by twine), and the TypeScript client's
+# tarball (npm pack: built code, types, LICENSE). Install them as docs/install.md says.
+dist: $(STAMP)           ## dist/: shortterm-*.whl, shortterm-*.tar.gz, shortterm-client-*.tgz
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+	@command -v npm >/dev/null || { echo "make dist: npm (Node 18 or newer) is needed for the TypeScript tarball; the Python files are in dist/"; exit 1; }
+	cd clients/typescript && npm ci && npm run build && npm pack --pack-destination ../../dist
+	@ls -1 dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*
+	rm -rf $(VENV) dist .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*

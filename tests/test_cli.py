@@ -130,6 +130,23 @@ def test_show_prints_summary_categories_and_markup_as_text(db: str) -> None:
     assert run("show", "--store", db, "guild", "g1", "c1").exit_code == 2
 
 
+def test_show_says_where_the_messages_are_when_it_cannot_see_them(db: str) -> None:
+    for args in (("server", "g1", "c1", "--persona", "7"), ("user", "u9", "c1")):
+        result = run("show", "--store", db, *args)
+        assert result.exit_code == 0, result.output
+        out = " ".join(result.stdout.split())
+        assert "recent messages live only in the hot tier of the process" in out
+        assert "--cache redis://" in out and "/ui/" in out
+
+
+def test_show_on_a_shared_cache_does_not_send_the_reader_elsewhere(db: str) -> None:
+    redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    cache = with_query(redis_url, prefix=quote(f"stm-test:{uuid.uuid4().hex[:16]}:"))
+    result = run("show", "--store", db, "--cache", cache, "user", "u9", "c1")
+    assert result.exit_code == 0, result.output
+    assert "nothing is remembered" in result.stdout and "live only" not in result.stdout
+
+
 async def test_show_sees_the_bots_messages_through_a_shared_cache(tmp_path: Path) -> None:
     redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
     prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"
@@ -190,6 +207,16 @@ def test_privacy_full_asks_then_forgets_and_is_stored(db: str) -> None:
     assert "privacy full" in result.stdout and "forgotten" in result.stdout
     assert _count(db, "--user", "u1") == 0 and _count(db, "--user", "u2") == 1
     assert asyncio.run(_settings(db, "u1")).privacy is shortterm.Privacy.FULL
+
+
+def test_privacy_full_never_claims_recall(db: str) -> None:
+    assert run("privacy", "u1", "none", "--cross-server", "--store", db).exit_code == 0
+    result = run("privacy", "u1", "full", "--store", db, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "recall on" not in result.stdout
+    assert "nothing of them is remembered or recalled" in result.stdout
+    # the opt-in is kept for a later, lower level
+    assert asyncio.run(_settings(db, "u1")).cross_server_opt_in is True
 
 
 def test_privacy_keeps_the_opt_in_unless_told(db: str) -> None:

@@ -7,6 +7,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -61,3 +64,22 @@ def test_the_scaling_block_runs_on_postgres_and_redis(
         python_blocks()[2], tmp_path, {"SHORTTERM_STORE": store, "SHORTTERM_CACHE": cache}
     )
     assert "Ridge trail" in out
+
+
+def test_the_scaling_block_defaults_to_the_compose_services_on_this_machine() -> None:
+    """Run as it is next to `docker compose up -d`, the block must find those services: on
+    localhost (a compose service name resolves only inside the compose network), with the
+    compose file's credentials and ports."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    services = yaml.safe_load((README.parent / "docker-compose.yml").read_text("utf-8"))["services"]
+    block = python_blocks()[2]
+    defaults = dict(re.findall(r'os\.environ\.get\(\s*"(\w+)",\s*"([^"]+)"\s*\)', block))
+    store, cache = urlsplit(defaults["SHORTTERM_STORE"]), urlsplit(defaults["SHORTTERM_CACHE"])
+    pg = services["postgres"]["environment"]
+    assert store.scheme == "postgresql" and store.hostname in ("localhost", "127.0.0.1")
+    assert (store.username, store.password, store.path.lstrip("/")) == (
+        pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"]
+    )  # fmt: skip
+    assert f"127.0.0.1:{store.port or 5432}:5432" in services["postgres"]["ports"]
+    assert cache.scheme == "redis" and cache.hostname in ("localhost", "127.0.0.1")
+    assert f"127.0.0.1:{cache.port or 6379}:6379" in services["redis"]["ports"]

@@ -118,6 +118,14 @@ export interface ProblemField {
   message: string;
 }
 
+export interface ReadyOut {
+  status: "ready" | "not_ready";
+  /** 'ok', or why the durable tier did not answer. */
+  store: string;
+  /** 'ok', or why the hot tier did not answer. */
+  cache: string;
+}
+
 export interface ReplyIn {
   text: string;
   persona_id?: string | null;

@@ -137,6 +137,13 @@ def privacy(
             return settings
 
     done = run(go())
-    what = " (what was kept of them is forgotten)" if done.privacy is Privacy.FULL else ""
+    if done.privacy is Privacy.FULL:
+        # Nothing of them is remembered, so nothing is recalled anywhere: the stored opt-in
+        # is kept for a later level, but "recall on" would be false now.
+        click.echo(
+            f"user {user_id}: privacy full, nothing of them is remembered or recalled "
+            "(what was kept of them is forgotten)"
+        )
+        return
     across = "on" if done.cross_server_opt_in else "off"
-    click.echo(f"user {user_id}: privacy {done.privacy.value}, cross-server recall {across}{what}")
+    click.echo(f"user {user_id}: privacy {done.privacy.value}, cross-server recall {across}")

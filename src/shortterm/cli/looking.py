@@ -6,6 +6,7 @@ Cells are printed as plain text, never as rich markup: they hold what users wrot
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -165,6 +166,16 @@ def inspect(
         console.print(f"… and {len(rows) - limit} more (raise --limit)", markup=False)
 
 
+# Crude messages never reach the store: with this command's own in-process cache, a bot's
+# messages are invisible to it, and "nothing" alone would read as "forgotten".
+WHERE_MESSAGES_ARE = (
+    "recent messages live only in the hot tier of the process that captured them: a running "
+    "bot's or sidecar's in-process cache (the sidecar shows them at GET "
+    "/v1/{servers|users}/{id}/channels/{channel}/entry and in its inspector, /ui/), or the "
+    "bots' Redis (pass --cache redis://… or set SHORTTERM_CACHE to read it from here)"
+)
+
+
 @main.command()
 @memory_options
 @click.argument("kind", type=click.Choice(["user", "server"]))
@@ -224,6 +235,7 @@ def show(
         title += f" #{entry.channel_name}"
     title += f" · persona {_persona(persona_id)}"
     console.print(Text(title, style="bold"))
+    private_tier = urlsplit(cache).scheme.lower() == "memory"
     if entry is None:
         click.echo(f"nothing is remembered for this scope right now in {where}")
         if others:
@@ -232,6 +244,8 @@ def show(
                 for p in others
             )
             click.echo(f"personas with an entry here: {listed}")
+        if private_tier:
+            click.echo(WHERE_MESSAGES_ARE)
         return
     if entry.summary is not None:
         console.print(f"summary, written {ago(entry.summary_at, now)}:", markup=False)
@@ -250,6 +264,8 @@ def show(
             console.print(line)
     else:
         console.print("no recent messages in this hot tier", markup=False)
+        if private_tier:
+            click.echo(WHERE_MESSAGES_ARE)
 
 
 def _entry_to_dict(entry: Entry) -> dict[str, Any]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
 
 import click
 
-from ..model.errors import ShortTermError
 from .app import main
 from .common import memory_options, run
 
@@ -38,12 +37,12 @@ def demo(store: str, cache: str, keep: bool) -> None:
 @memory_options
 @click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
 def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
-    """Run the HTTP sidecar (JSON under /v1, /healthz, /metrics, /openapi.json).
+    """Run the HTTP sidecar (JSON under /v1, /healthz, /readyz, /metrics, /openapi.json).
 
     On an address other than loopback it refuses to start without SHORTTERM_TOKEN, and with a
-    token every route but /healthz needs 'Authorization: Bearer <token>'. SHORTTERM_HOST,
-    SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S, SHORTTERM_MAX_TURNS and
-    the library's SHORTTERM_* settings are read from the environment.
+    token every route but /healthz and /readyz needs 'Authorization: Bearer <token>'.
+    SHORTTERM_HOST, SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S,
+    SHORTTERM_MAX_TURNS and the library's SHORTTERM_* settings are read from the environment.
 
     \b
     Example: shortterm serve --quickstart --store sqlite:///bot.db
@@ -51,26 +50,24 @@ def serve(host: str | None, port: int | None, store: str, cache: str, quickstart
     """
 
     from ..model.config import Config
+    from ..sidecar.settings import SidecarSettings
 
-    try:
-        from ..sidecar.run import run
-        from ..sidecar.settings import SidecarSettings
+    # Errors reach the group's handler: 2 bad settings or a port in use, 3 the store or the
+    # cache unavailable, 4 the sidecar extra missing (the web stack is imported here).
+    settings = SidecarSettings.from_env(os.environ, host=host, port=port)
+    settings.check_exposure()
+    config = Config.from_env(os.environ)
+    from ..sidecar.run import run
 
-        settings = SidecarSettings.from_env(os.environ, host=host, port=port)
-        settings.check_exposure()
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the server already shut down
         run(
             settings,
             store=store,
             cache=cache,
-            config=Config.from_env(os.environ),
+            config=config,
             quickstart=quickstart,
             echo=lambda line: click.echo(line, err=True),
         )
-    except KeyboardInterrupt:  # Ctrl-C: the server already shut down gracefully
-        pass
-    except ShortTermError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
 
 
 @main.command("mcp")

@@ -8,9 +8,11 @@ does not own the memory: whoever opened it closes it (``shortterm serve`` does b
 from __future__ import annotations
 
 import functools
+import hmac
 
-from fastapi import FastAPI
-from fastapi.responses import Response
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from .. import __version__
 from ..memory.facade import Memory
@@ -20,8 +22,9 @@ from .inspector import build_inspector
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import BearerAuth, BodyLimit, BrowserGuard, RequestMetrics, RequestShape
 from .openapi import build_document
+from .readiness import Readiness, Verdict
 from .routes import build_router
-from .schemas import HealthOut
+from .schemas import HealthOut, ReadyOut
 from .settings import SidecarSettings
 from .turns import RedisTurnRegistry, TurnRegistry, Turns
 
@@ -35,7 +38,8 @@ prompt and the tool definitions; it may **call the tool** with that id (one succ
 per turn, across requests) and ends the turn with a **capture**. The other routes read, edit
 and delete what is remembered, and configure servers and users.
 
-With a token configured, every route but `/healthz` needs `Authorization: Bearer <token>`.
+With a token configured, every route but `/healthz` and `/readyz` needs
+`Authorization: Bearer <token>`.
 Errors share one JSON shape (`code`, `detail`, `field`, `errors`).
 """
 
@@ -68,6 +72,28 @@ def _registry(memory: Memory, settings: SidecarSettings) -> Turns:
     return TurnRegistry(ttl_s=ttl_s, max_turns=max_turns, clock=memory.clock)
 
 
+def _ready_body(verdict: Verdict, *, detailed: bool) -> ReadyOut:
+    def shown(reason: str | None) -> str:
+        if reason is None:
+            return "ok"
+        return reason if detailed else "unavailable (send the token for the reason)"
+
+    return ReadyOut(
+        status="ready" if verdict.ready else "not_ready",
+        store=shown(verdict.store),
+        cache=shown(verdict.cache),
+    )
+
+
+def _has_token(request: Request, token: str | None) -> bool:
+    """Whether the request may read the reasons: a driver's message names hosts and ports,
+    and /readyz is served without a token."""
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+
 def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastAPI:
     """The sidecar for an open ``memory``. Refuses a non-loopback ``settings.host`` without
     a token (:class:`shortterm.ConfigError`)."""
@@ -77,6 +103,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     chosen.check_exposure()
     turns = _registry(memory, chosen)
     metrics = Metrics(memory.stats, turns)
+    readiness = Readiness(memory)
     app = FastAPI(
         title="shortterm sidecar",
         version=__version__,
@@ -92,14 +119,31 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.state.turns = turns
     app.state.metrics = metrics
     app.state.settings = chosen
-    app.include_router(build_router(memory, turns, chosen))
-    app.include_router(build_inspector())
+    api, inspector = build_router(memory, turns, chosen), build_inspector()
+    app.include_router(api)
+    app.include_router(inspector)
 
     @app.get("/healthz", tags=["service"], summary="Liveness")
     async def healthz() -> HealthOut:
         """Answers while the process serves; never needs a token. `degraded` is true while
         the durable tier is failing (reads then come from the hot tier alone)."""
         return HealthOut(status="ok", degraded=bool(memory.stats().get("degraded", False)))
+
+    @app.get(
+        "/readyz",
+        tags=["service"],
+        summary="Readiness",
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "The store or the cache is down."}},
+    )
+    async def readyz(request: Request) -> JSONResponse:
+        """200 once the store and the cache both answer, 503 while either does not; never
+        needs a token. Each is probed with one cheap read bounded by 1 s, at most once a
+        second, so no traffic is needed for it to change. With a token configured, the
+        reasons are shown only to requests that send it."""
+        verdict = await readiness.check()
+        body = _ready_body(verdict, detailed=_has_token(request, chosen.token))
+        return JSONResponse(body.model_dump(), 200 if verdict.ready else 503)
 
     @app.get(
         "/metrics",
@@ -126,5 +170,7 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.add_middleware(BearerAuth, token=chosen.token)
     app.add_middleware(BrowserGuard, token=chosen.token)
     app.add_middleware(RequestShape)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    # Every route, flat, for naming the route of a request refused before routing.
+    routes = [*api.routes, *inspector.routes, *(r for r in app.routes if isinstance(r, Route))]
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     return app

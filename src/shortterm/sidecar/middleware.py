@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import problem_response
@@ -31,17 +33,31 @@ __all__ = [
     "RequestShape",
 ]
 
-# Served without a token: liveness, and the inspector's static files (they hold no memory; the
-# page reads everything through /v1 with the token, see inspector.py).
-OPEN_PATHS = frozenset({"/healthz", *UI_PATHS})
+# Served without a token: liveness, readiness, and the inspector's static files (they hold no
+# memory; the page reads everything through /v1 with the token, see inspector.py).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", *UI_PATHS})
+
+
+def route_template(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """The template of the route ``scope`` names, for a request answered before routing (a
+    401, a 413): the operator sees which route was refused, not ``unmatched``."""
+    partial = None
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return str(getattr(route, "path", "unmatched"))
+        if match is Match.PARTIAL and partial is None:  # the path, with another method
+            partial = str(getattr(route, "path", "unmatched"))
+    return partial or "unmatched"
 
 
 class RequestMetrics:
     """Times every HTTP request and counts it by route template, method and status."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,7 +77,7 @@ class RequestMetrics:
         finally:
             # The router writes the matched route into the scope it was given (this one).
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path", None) or route_template(self.routes, scope)
             self.metrics.observe(template, scope["method"], status, time.perf_counter() - started)
 
 
@@ -161,8 +177,8 @@ class BrowserGuard:
 
 
 class BearerAuth:
-    """With a token, every route but the open paths (``/healthz``, the inspector's files) needs
-    ``Authorization: Bearer <token>``."""
+    """With a token, every route but the open paths (``/healthz``, ``/readyz``, the inspector's
+    files) needs ``Authorization: Bearer <token>``."""
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self.app = app

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 
 from ..memory import open as open_memory
 from ..model.config import Config
+from ..model.errors import ConfigError
 from ..model.urls import shown_url
 from .app import create_app
 from .quickstart import quickstart_lines
 from .settings import SidecarSettings
 
-__all__ = ["bound_url", "run", "serve"]
+__all__ = ["bound_url", "check_port", "run", "serve", "sharing_warning"]
 
 log = logging.getLogger("shortterm.sidecar")
 
@@ -76,6 +80,38 @@ async def serve(
                 watcher.cancel()
 
 
+def check_port(settings: SidecarSettings) -> None:
+    """Refuse, with the fix, a port another process listens on: before anything is opened,
+    instead of uvicorn's bare ``[Errno 98]`` after the memory was."""
+    if settings.port == 0:
+        return
+    try:
+        # create_server sets SO_REUSEADDR as uvicorn does: a port in TIME_WAIT is free.
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        socket.create_server((settings.host.strip("[]"), settings.port), family=family).close()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return  # anything else (an address not on this machine, …) uvicorn reports
+        raise ConfigError(
+            f"port {settings.port} on {settings.host} is in use: another shortterm serve "
+            "(`make run` in another terminal?) or another program listens there; stop it, "
+            "or pick a free port with --port or SHORTTERM_PORT"
+        ) from None
+
+
+def sharing_warning(store: str, cache: str) -> str | None:
+    """What to say when replicas on this store could not share their turns."""
+    shared_store = urlsplit(store).scheme.lower() in ("postgresql", "postgres")
+    if not shared_store or urlsplit(cache).scheme.lower() != "memory":
+        return None
+    return (
+        "warning: PostgreSQL with the in-process cache: turns and crude messages stay in this "
+        "process. Several replicas behind a load balancer cannot continue each other's turns "
+        "(404) nor see each other's recent messages: give every replica the same Redis cache "
+        "(--cache redis://host:6379/0 or SHORTTERM_CACHE), or run one replica."
+    )
+
+
 def run(
     settings: SidecarSettings,
     *,
@@ -98,4 +134,8 @@ def run(
             for line in quickstart_lines(url, token=settings.token is not None):
                 echo(f"  {line}")
 
+    check_port(settings)
+    warning = sharing_warning(store, cache)
+    if warning is not None:
+        echo(warning)
     asyncio.run(serve(settings, store=store, cache=cache, config=config, started=started))

@@ -42,9 +42,10 @@ class SidecarSettings:
     """Where the sidecar listens and what it accepts.
 
     ``token`` (``SHORTTERM_TOKEN``) turns bearer authentication on for every route but
-    ``/healthz``; it is required when ``host`` is not a loopback address. ``max_body_bytes``
-    bounds a request body (413 beyond it). A turn id lives ``turn_ttl_s`` seconds after its
-    last use, and at most ``max_turns`` ids are kept (the least recently used go first).
+    ``/healthz`` and ``/readyz``; it is required when ``host`` is not a loopback address.
+    ``max_body_bytes`` bounds a request body (413 beyond it). A turn id lives ``turn_ttl_s``
+    seconds after its last use, and at most ``max_turns`` ids are kept (the least recently used
+    go first).
     """
 
     host: str = "127.0.0.1"

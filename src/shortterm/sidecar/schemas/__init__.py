@@ -31,7 +31,7 @@ from .entries import (
     SetCategoriesIn,
     SetSummaryIn,
 )
-from .service import HealthOut, Problem, ProblemField
+from .service import HealthOut, Problem, ProblemField, ReadyOut
 from .settings import CategoryModel, ServerSettingsModel, UserSettingsModel
 from .turns import (
     CaptureIn,
@@ -61,6 +61,7 @@ __all__ = [
     "MessageOut",
     "Problem",
     "ProblemField",
+    "ReadyOut",
     "ReplyIn",
     "ServerOut",
     "ServerSettingsModel",

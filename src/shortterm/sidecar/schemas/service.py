@@ -14,6 +14,7 @@ __all__ = [
     "HealthOut",
     "Problem",
     "ProblemField",
+    "ReadyOut",
 ]
 
 
@@ -22,6 +23,21 @@ class HealthOut(BaseModel):
 
     status: Literal["ok"]
     degraded: bool = Field(description="The durable tier failed recently (serving degraded).")
+
+
+class ReadyOut(BaseModel):
+    model_config = with_examples(
+        {"status": "ready", "store": "ok", "cache": "ok"},
+        {
+            "status": "not_ready",
+            "store": "the store gave no answer within 1 s",
+            "cache": "ok",
+        },
+    )
+
+    status: Literal["ready", "not_ready"]
+    store: str = Field(description="'ok', or why the durable tier did not answer.")
+    cache: str = Field(description="'ok', or why the hot tier did not answer.")
 
 
 class ProblemField(BaseModel):

@@ -1,0 +1,121 @@
+"""Readiness: whether the durable tier and the hot tier answer now.
+
+``/healthz`` says the process serves; ``/readyz`` says it can do its job. The memory's own
+``degraded`` flag only changes when a request meets the store, so it says nothing while no
+traffic flows (and stays set after an outage until traffic clears it). Readiness asks both
+tiers itself instead, each with one cheap read (the journal head; one hot-tier record) bounded
+by ``timeout_s``. The answer is kept for ``max_age_s``: a load balancer, a Kubernetes probe and
+a monitoring scrape hitting every replica cost one round trip per tier per second, and
+concurrent requests share one probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ..memory.facade import Memory
+from ..model.errors import StoreUnavailable
+from ..model.keys import ScopeKey
+
+__all__ = ["PROBE_TIMEOUT_S", "Readiness", "Verdict"]
+
+PROBE_TIMEOUT_S = 1.0
+MAX_AGE_S = 1.0
+STALE_AFTER_S = 5.0
+
+# Only read, never written: whatever a bot stores under these ids is left as it is.
+_PROBE_KEY = ScopeKey.server("shortterm-readyz-probe", "shortterm-readyz-probe")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Each tier's answer: ``None`` when it answered, else why not."""
+
+    store: str | None
+    cache: str | None
+
+    @property
+    def ready(self) -> bool:
+        return self.store is None and self.cache is None
+
+
+class _Probe:
+    """One tier's read, at most one in flight.
+
+    A read that times out is left to finish on its own rather than cancelled: cancelling a
+    PostgreSQL query sends a cancel request, which a partition holds for seconds, and the
+    answer must not wait for it. A read outstanding longer than ``STALE_AFTER_S`` is given up
+    on and a new one started, so a hung connection does not hide the tier's return.
+    """
+
+    def __init__(self, tier: str, read: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        self._tier = tier
+        self._read = read
+        self._task: asyncio.Task[object] | None = None
+        self._started = 0.0
+
+    async def answer(self, timeout_s: float, now: float) -> str | None:
+        task = self._task
+        if task is None or task.done() or now - self._started > STALE_AFTER_S:
+            task = self._task = asyncio.ensure_future(self._read())
+            task.add_done_callback(_retrieve)
+            self._started = now
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            return f"the {self._tier} gave no answer within {timeout_s:g} s"
+        failure = task.exception()
+        if failure is None:
+            return None
+        if isinstance(failure, StoreUnavailable):
+            return f"the {self._tier} is unavailable: {failure}"
+        raise failure
+
+
+def _retrieve(task: asyncio.Task[object]) -> None:
+    # A read given up on may fail later with nobody awaiting it: its error is reported by
+    # the probe that follows, not by asyncio's "exception was never retrieved".
+    if not task.cancelled():
+        task.exception()
+
+
+class Readiness:
+    """Probes ``memory``'s store and cache, at most once per ``max_age_s``."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        timeout_s: float = PROBE_TIMEOUT_S,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._timeout_s = timeout_s
+        self._max_age_s = max_age_s
+        self._clock = clock  # real time, not the memory's clock: a test's fake clock stands still
+        self._lock = asyncio.Lock()
+        self._last: tuple[float, Verdict] | None = None
+
+        async def read_cache() -> None:
+            # One operation of its own: a failure earlier in another call must not answer.
+            with memory.cache.operation():
+                await memory.cache.counter(_PROBE_KEY, memory.clock())
+
+        self._store = _Probe("store", memory.store.journal_head)
+        self._cache = _Probe("cache", read_cache)
+
+    async def check(self) -> Verdict:
+        async with self._lock:  # a request that waited here reuses the probe it waited for
+            last = self._last
+            now = self._clock()
+            if last is not None and now - last[0] < self._max_age_s:
+                return last[1]
+            store, cache = await asyncio.gather(
+                self._store.answer(self._timeout_s, now), self._cache.answer(self._timeout_s, now)
+            )
+            verdict = Verdict(store=store, cache=cache)
+            self._last = (self._clock(), verdict)
+            return verdict
