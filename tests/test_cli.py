@@ -300,7 +300,7 @@ def test_a_missing_extra_exits_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an absent package looks like
     result = run("mcp", "--store", f"sqlite:///{tmp_path / 'x.db'}")
     assert result.exit_code == 4
-    assert "pip install 'shortterm[mcp]'" in result.stderr
+    assert "pip install -e '.[mcp]'" in result.stderr
 
 
 def test_exit_codes_are_mapped_in_one_place() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import shortterm
+from shortterm import ExtraMissing
 from shortterm.integrations.discord import (
     MAX_DISCORD_CHARS,
     REFRESH_REFUSED,
@@ -410,6 +411,4 @@ def test_a_missing_discord_py_names_the_extra() -> None:
         "    print(type(exc).__name__, exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == (
-        "ExtraMissing this feature needs the 'discord.py' package: pip install 'shortterm[discord]'"
-    )
+    assert out.stdout.strip() == ("ExtraMissing " + str(ExtraMissing("discord", "discord.py")))

@@ -28,7 +28,7 @@ def test_error_tree() -> None:
     for cls in (shortterm.ConfigError, shortterm.StoreUnavailable, shortterm.ExtraMissing):
         assert issubclass(cls, shortterm.ShortTermError)
     assert issubclass(shortterm.ExtraMissing, ImportError)
-    assert "pip install 'shortterm[redis]'" in str(shortterm.ExtraMissing("redis", "redis"))
+    assert "pip install -e '.[redis]'" in str(shortterm.ExtraMissing("redis", "redis"))
 
 
 def test_import_is_light() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # Owned by another change in flight (the fake-model work rewrites its install lines the same
 # way); scan it too once that change is in.
-NOT_YET = {"docs/discord.md"}
+NOT_YET: set[str] = set()  # documents whose install lines are not checked yet
 
 
 def documents() -> list[Path]:

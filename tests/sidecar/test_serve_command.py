@@ -66,7 +66,7 @@ def test_a_missing_sidecar_extra_exits_4(tmp_path: Path) -> None:
         prelude="import sys; sys.modules['fastapi'] = None",
     )  # fmt: skip
     assert done.returncode == EXIT_EXTRA_MISSING, done.stderr
-    assert "pip install 'shortterm[sidecar]'" in done.stderr
+    assert "pip install -e '.[sidecar]'" in done.stderr
 
 
 @pytest.mark.parametrize(

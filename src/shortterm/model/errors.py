@@ -53,7 +53,10 @@ class ExtraMissing(ShortTermError, ImportError):
     """An optional dependency is absent; the message says which extra installs it."""
 
     def __init__(self, extra: str, module: str) -> None:
+        # Not yet on a package index: the lines that work today, from a checkout or a wheel.
         super().__init__(
-            f"this feature needs the {module!r} package: pip install 'shortterm[{extra}]'"
+            f"this feature needs the {module!r} package: pip install -e '.[{extra}]' in a "
+            f"shortterm checkout (or pip install 'dist/shortterm-<version>-py3-none-any.whl"
+            f"[{extra}]' from a built wheel)"
         )
         self.extra = extra
