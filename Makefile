@@ -7,7 +7,7 @@ CKSUM  := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 STAMP  := $(VENV)/.installed-$(CKSUM)
 SERVE  := $(VENV)/.serving-$(CKSUM)
 
-.PHONY: run demo test browser lint bench dist clean
+.PHONY: run demo test browser haproxy lint bench dist clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): pip installs shortterm with its dev, postgres and redis extras (quiet; 1-2 minutes on a fresh clone)"
@@ -35,7 +35,7 @@ REDIS_URL    ?= redis://127.0.0.1:6379/0
 
 # The PostgreSQL and Redis tests run when both answer at POSTGRES_URL and REDIS_URL (a quick
 # probe); SHORTTERM_TEST_POSTGRES_URL / SHORTTERM_TEST_REDIS_URL, when set, win (CI sets them).
-test: $(STAMP) browser   ## the whole test suite
+test: $(STAMP) browser haproxy   ## the whole test suite
 	@eval "$$($(BIN)/python scripts/local_services.py --postgres '$(POSTGRES_URL)' --redis '$(REDIS_URL)')" && \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -51,6 +51,19 @@ browser:                 ## Debian's Chromium for the browser tests, installed w
 		|| echo "could not install chromium: the browser tests will skip or fail"; \
 	else \
 		echo "no Chromium at $(CHROMIUM): the browser tests skip (apt-get install chromium)"; \
+	fi
+
+# The deployment's proxy config (deploy/haproxy.cfg) is run by a real haproxy in its tests.
+HAPROXY_APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy >/dev/null
+
+haproxy:                 ## Debian's haproxy for the deployment tests, installed when missing (as root)
+	@if command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's haproxy for the deployment tests"; \
+		$(HAPROXY_APT) || { apt-get update -q >/dev/null && $(HAPROXY_APT); } \
+		|| echo "could not install haproxy: the proxy tests will skip"; \
+	else \
+		echo "no haproxy: the proxy tests skip (apt-get install haproxy)"; \
 	fi
 
 lint: $(STAMP)           ## ruff + mypy --strict
