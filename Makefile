@@ -39,32 +39,29 @@ test: $(STAMP) browser haproxy   ## the whole test suite
 	@eval "$$($(BIN)/python scripts/local_services.py --postgres '$(POSTGRES_URL)' --redis '$(REDIS_URL)')" && \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The inspector's tests drive a real browser: Debian's Chromium (not a downloaded one).
+# Debian packages some tests drive (never a downloaded binary), installed when missing and when
+# we may (as root with apt-get); otherwise those tests skip and say why.
+# $(call debian_tool,program path,package,what it is for)
+define debian_tool
+	@if [ -x "$(1)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's $(2) for $(3)"; \
+		apt="DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(2)"; \
+		{ eval "$$apt" >/dev/null || { apt-get update -q >/dev/null && eval "$$apt" >/dev/null; }; } \
+		|| echo "could not install $(2): $(3) will skip or fail"; \
+	else \
+		echo "no $(1): $(3) skip (apt-get install $(2))"; \
+	fi
+endef
+
 CHROMIUM ?= /usr/bin/chromium
-APT      := DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+HAPROXY  ?= /usr/sbin/haproxy
 
-browser:                 ## Debian's Chromium for the browser tests, installed when missing (as root)
-	@if [ -x "$(CHROMIUM)" ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's chromium for the browser tests"; \
-		$(APT) || { apt-get update -q >/dev/null && $(APT); } \
-		|| echo "could not install chromium: the browser tests will skip or fail"; \
-	else \
-		echo "no Chromium at $(CHROMIUM): the browser tests skip (apt-get install chromium)"; \
-	fi
+browser:                 ## Debian's Chromium for the inspector's browser tests
+	$(call debian_tool,$(CHROMIUM),chromium,the browser tests)
 
-# The deployment's proxy config (deploy/haproxy.cfg) is run by a real haproxy in its tests.
-HAPROXY_APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy >/dev/null
-
-haproxy:                 ## Debian's haproxy for the deployment tests, installed when missing (as root)
-	@if command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's haproxy for the deployment tests"; \
-		$(HAPROXY_APT) || { apt-get update -q >/dev/null && $(HAPROXY_APT); } \
-		|| echo "could not install haproxy: the proxy tests will skip"; \
-	else \
-		echo "no haproxy: the proxy tests skip (apt-get install haproxy)"; \
-	fi
+haproxy:                 ## Debian's haproxy for the deployment's proxy tests (deploy/haproxy.cfg)
+	$(call debian_tool,$(HAPROXY),haproxy,the proxy tests)
 
 lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff check src tests benchmarks scripts examples
