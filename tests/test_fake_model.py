@@ -384,7 +384,7 @@ def test_without_the_sidecar_extra_it_says_what_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == EXIT_EXTRA_MISSING, proc.stderr
-    assert "shortterm[sidecar]" in proc.stderr
+    assert ".[sidecar]" in proc.stderr
 
 
 JSON = st.recursive(
