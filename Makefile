@@ -83,7 +83,7 @@ dist: $(STAMP)           ## dist/: shortterm-*.whl, shortterm-*.tar.gz, shortter
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 	$(BIN)/python -m twine check --strict dist/*
-	@command -v npm >/dev/null || { echo "make dist: npm (Node 18 or newer) is needed for the TypeScript tarball; the Python files are in dist/"; exit 1; }
+	@command -v npm >/dev/null || { echo "make dist: npm (Node 20 or newer) is needed for the TypeScript tarball; the Python files are in dist/"; exit 1; }
 	cd clients/typescript && npm ci && npm run build && npm pack --pack-destination ../../dist
 	@ls -1 dist
 
