@@ -30,7 +30,7 @@ class Clock:
         return time.time() + self.offset
 
 
-def _turn(memory: shortterm.Memory, cmd: dict[str, Any]) -> shortterm.Turn:
+def turn_of(memory: shortterm.Memory, cmd: dict[str, Any]) -> shortterm.Turn:
     return memory.turn(
         user_id=cmd["user"],
         channel_id=cmd["channel"],
@@ -52,7 +52,7 @@ def _shown(entry: shortterm.Entry | None) -> str:
 async def handle(memory: shortterm.Memory, clock: Clock, cmd: dict[str, Any]) -> Any:
     op = cmd["op"]
     if op == "capture":
-        turn = _turn(memory, cmd)
+        turn = turn_of(memory, cmd)
         said = [Message("user", cmd["text"], author_id=cmd["user"], speaker=cmd["user"])]
         try:
             await turn.capture(history=said, replies=[Reply(cmd.get("reply", "ok"))])
@@ -65,7 +65,7 @@ async def handle(memory: shortterm.Memory, clock: Clock, cmd: dict[str, Any]) ->
     if op == "get":  # what the user scope of (user, channel) shows now
         return _shown(await memory.get(ScopeKey.user(cmd["user"], cmd["channel"], P)))
     if op == "context":
-        ctx = await _turn(memory, cmd).context()
+        ctx = await turn_of(memory, cmd).context()
         return "\n".join(item.text for item in ctx.items)
     if op == "clear_channel":
         return await memory.clear_channel(cmd["channel"])

@@ -23,11 +23,11 @@ import shortterm
 from shortterm import Message, Privacy, Reply, ServerSettings, UserSettings
 from shortterm.model.errors import StoreUnavailable
 from shortterm.tool import texts
+from tests.reliability.edge_worker import P, turn_of
 from tests.workers import serve
 
 CONFIG = shortterm.Config(sweep_interval_s=0)  # settings refreshed the usual way (30 s)
 G = "g1"
-P = "p1"
 
 # Set for one capture: its marker file (the release file is the same name + ".go").
 _HOLD: contextvars.ContextVar[Path | None] = contextvars.ContextVar("hold", default=None)
@@ -67,20 +67,8 @@ def _delay_notify(memory: shortterm.Memory, delay_s: float) -> None:
     store.journal_moved = late  # type: ignore[method-assign]
 
 
-def _turn(memory: shortterm.Memory, cmd: dict[str, Any]) -> shortterm.Turn:
-    return memory.turn(
-        user_id=cmd["user"],
-        channel_id=cmd["channel"],
-        server_id=cmd.get("server"),
-        persona_id=P,
-        user_name=cmd["user"],
-        bot_name="Tomo",
-        channel_name=cmd["channel"],
-    )
-
-
 async def _capture(memory: shortterm.Memory, marks: Path, cmd: dict[str, Any]) -> None:
-    turn = _turn(memory, cmd)
+    turn = turn_of(memory, cmd)
     history = [Message("user", cmd["text"], author_id=cmd["user"], speaker=cmd["user"])]
     hold = _HOLD.set(marks / cmd["token"] if cmd.get("hold") else None)
     try:
@@ -104,10 +92,10 @@ async def handle(memory: shortterm.Memory, marks: Path, cmd: dict[str, Any]) -> 
         await _capture(memory, marks, cmd)
         return None
     if op == "summary":
-        result = await _turn(memory, cmd).call_tool(texts.TOOL_NAME, {"summary": cmd["text"]})
+        result = await turn_of(memory, cmd).call_tool(texts.TOOL_NAME, {"summary": cmd["text"]})
         return result.ok
     if op == "context":
-        ctx = await _turn(memory, cmd).context()
+        ctx = await turn_of(memory, cmd).context()
         return "\n".join(item.text for item in ctx.items)
     if op == "get":  # the raw entry of one scope, as this process sees it
         key = (
