@@ -4,6 +4,7 @@ and `shortterm fake-model` as a real process behind ``ChatOpenAI``."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -332,3 +333,39 @@ def test_a_missing_langchain_core_names_the_extra() -> None:
     assert out.stdout.strip() == (
         "ExtraMissing " + str(ExtraMissing("langchain", "langchain-core"))
     )
+
+
+# -- the example ---------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "langchain_history.py"
+
+
+def run_example(model: FakeModelProcess, store: str, said: str, *flags: str) -> str:
+    """Run the example as a user would, in a process of its own; its stdout (the reply)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--base-url", model.url, "--store", store, *flags, said],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_the_example_notes_in_one_channel_and_recalls_in_another(
+    tmp_path: Path, fake_model: FakeModelProcess
+) -> None:
+    """docs/langchain.md's commands: the tool writes the #plans summary, and #general's turn,
+    a process of its own, gets it back in the SystemMessage."""
+    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    said = "note that we hike the ridge trail on Saturday at 8"
+    seen = len(fake_model.chats())
+    first = run_example(fake_model, store, said, "--channel-id", "plans")
+    second = run_example(fake_model, store, "ready?", "--channel-id", "general")
+    sent = fake_model.chats()[seen:]
+    assert first == f'Notes updated. You said: "{said}". My memory is empty here.'
+    assert second == f'You said: "ready?". From memory: "{said}".'
+    # #plans: the tool offered and called, then the answer without it (one update per turn).
+    assert ["tools" in request for request in sent] == [True, False, True]
+    memory_block = sent[-1]["messages"][1]
+    assert memory_block["role"] == "system"
+    assert "in this server · summary written" in memory_block["content"]

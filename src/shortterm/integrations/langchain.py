@@ -43,9 +43,10 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..memory.tool_call import turn_spec
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
-from ..tool import TOOL_NAME
+from ..tool import TOOL_NAME, render
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -248,18 +249,7 @@ def memory_tool(history: ShortTermChatHistory) -> StructuredTool:
     give (summary or categories), every call through :meth:`shortterm.Turn.call_tool` of the
     history's turn in progress, so the guards, checks and the durable write are shortterm's.
     Its result is the message for the model; a refused call says why."""
-    spec = history.turn.tools("mcp")[0] if history.turn.tool_available() else None
-    if spec is None:
-        from ..tool import build_spec, render
-
-        config = history.memory.config
-        built = build_spec(
-            history.turn.settings,
-            max_categories=config.max_categories,
-            max_summary_chars=config.max_summary_chars,
-            bot_name=history.turn.bot_name,
-        )
-        spec = render(built, "mcp")
+    spec = render(turn_spec(history.turn), "mcp")
 
     async def update(**arguments: Any) -> str:
         result = await history.turn.call_tool(TOOL_NAME, arguments)
