@@ -129,6 +129,7 @@ def test_the_sync_methods_outside_a_loop(tmp_path: Path) -> None:
         history.add_messages([HumanMessage("bye"), AIMessage("see you")])
         assert [m.content for m in history.messages] == ["hi", "hello Ana", "bye", "see you"]
         assert str(history) == get_buffer_string(history.messages)
+        assert history.tools()[0].invoke({"summary": "Ana says bye."}) == texts.OK
         history.clear()
         assert history.messages == []
     finally:
@@ -156,6 +157,8 @@ async def test_the_sync_methods_inside_a_loop_say_what_to_use(memory: shortterm.
         history.add_messages([HumanMessage("hi"), AIMessage("hello")])
     with pytest.raises(SyncInsideLoop, match=r"await history\.aclear\(\)"):
         history.clear()
+    with pytest.raises(SyncInsideLoop, match=r"await tool\.ainvoke"):
+        history.tools()[0].invoke({"summary": "x"})
     assert await history.aget_messages() == []  # nothing half-done
 
 
@@ -260,6 +263,35 @@ async def test_runnable_with_message_history_recalls_another_channel(
     assert "in this server" in general[1]["content"]
     assert "│ Ana: we hike the ridge trail on Saturday at 8" in general[1]["content"]
     assert "From memory" in third.content
+
+
+@DEPRECATED
+async def test_runnable_around_a_bare_model_keeps_each_turn_once(
+    memory: shortterm.Memory, fake_model: FakeModelProcess, chat_model: ChatOpenAI
+) -> None:
+    """Without a history key, RunnableWithMessageHistory tells new messages from old by
+    counting the history: the memory SystemMessage must not make it keep a message twice or
+    drop one."""
+    await history_for(memory, "plans").aadd_messages(
+        [HumanMessage("we hike on Saturday"), AIMessage("at 8?")]
+    )
+    chain = RunnableWithMessageHistory(
+        chat_model, lambda session_id: history_for(memory, session_id)
+    )
+    config: Any = {"configurable": {"session_id": "general"}}
+    seen = len(fake_model.chats())
+    await chain.ainvoke([HumanMessage("ready?")], config=config)
+    await chain.ainvoke([HumanMessage("and the tent?")], config=config)
+    sent = fake_model.chats()[seen:]
+    assert [m["role"] for m in sent[1]["messages"]] == ["system", "user", "assistant", "user"]
+    assert "│ Ana: we hike on Saturday" in sent[1]["messages"][0]["content"]
+    entry = await memory.get(ScopeKey.server("333", "general"))
+    assert entry is not None
+    assert [(m.role, m.content) for m in entry.messages if m.role == "user"] == [
+        ("user", "ready?"),
+        ("user", "and the tent?"),
+    ]
+    assert len(entry.messages) == 4
 
 
 async def test_the_tool_round_trip_writes_a_summary(

@@ -76,11 +76,11 @@ SYNC_TIMEOUT_S = 30.0  # a sync call waits this long for the memory's loop
 class SyncInsideLoop(ShortTermError, RuntimeError):
     """A sync method of the history was called on a thread whose event loop is running."""
 
-    def __init__(self, method: str, instead: str) -> None:
+    def __init__(self, what: str, instead: str) -> None:
         super().__init__(
-            f"ShortTermChatHistory.{method} was called inside a running event loop, where it "
-            f"would block the loop that serves the memory; use `await history.{instead}` "
-            "instead (with RunnableWithMessageHistory: `await chain.ainvoke(...)`)"
+            f"{what} was called inside a running event loop, where it would block the loop "
+            f"that serves the memory; use `await {instead}` instead (with "
+            "RunnableWithMessageHistory: `await chain.ainvoke(...)`)"
         )
 
 
@@ -192,22 +192,24 @@ class ShortTermChatHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        return self._sync("messages", "aget_messages()", self.aget_messages())
+        return self._sync("messages", "history.aget_messages()", self.aget_messages())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self._sync("add_messages", "aadd_messages(...)", self.aadd_messages(messages))
+        self._sync("add_messages", "history.aadd_messages(...)", self.aadd_messages(messages))
 
     def clear(self) -> None:
-        self._sync("clear", "aclear()", self.aclear())
+        self._sync("clear", "history.aclear()", self.aclear())
 
     def _sync(self, method: str, instead: str, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the memory's loop from sync code; ``method`` and ``instead`` name
+        the call and its async form for the errors."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
             coro.close()
-            raise SyncInsideLoop(method, instead)
+            raise SyncInsideLoop(f"ShortTermChatHistory.{method}", instead)
         loop = self.loop
         if loop is None or loop.is_closed():
             coro.close()
@@ -256,9 +258,8 @@ def memory_tool(history: ShortTermChatHistory) -> StructuredTool:
         return result.message
 
     def update_sync(**arguments: Any) -> str:
-        return history._sync(
-            "the tool", "tools()[0].ainvoke(...)", history.turn.call_tool(TOOL_NAME, arguments)
-        ).message
+        call = history.turn.call_tool(TOOL_NAME, arguments)
+        return history._sync(f"the {TOOL_NAME} tool's invoke", "tool.ainvoke(...)", call).message
 
     return StructuredTool(
         name=TOOL_NAME,
