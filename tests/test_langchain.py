@@ -195,6 +195,24 @@ async def test_other_channels_come_first_as_one_system_message(memory: shortterm
     assert await memory.get(ScopeKey.server("333", "plans")) is not None
 
 
+async def test_two_bot_processes_on_shared_tiers(scale_urls: tuple[str, str]) -> None:
+    """PostgreSQL and Redis shared by two memories, as two bot processes share them: what one
+    captured in #plans is recalled, raw messages included, by the other in #general, and the
+    other's clear of #plans reaches the first."""
+    store, cache = scale_urls
+    async with (
+        shortterm.open(store=store, cache=cache) as one,
+        shortterm.open(store=store, cache=cache) as two,
+    ):
+        await history_for(one, "plans").aadd_messages(
+            [HumanMessage("pack the blue tent"), AIMessage("noted, the blue one")]
+        )
+        recalled = await history_for(two, "general").aget_messages()
+        assert "│ Ana: pack the blue tent" in recalled[0].content
+        await history_for(two, "plans").aclear()
+        assert await history_for(one, "plans").aget_messages() == []
+
+
 async def test_another_persons_message_carries_their_name(memory: shortterm.Memory) -> None:
     await history_for(memory, "c1").aadd_messages([HumanMessage("hi all"), AIMessage("hi Ana")])
     bo = ShortTermChatHistory(memory, user_id="222", channel_id="c1", server_id="333")
@@ -222,6 +240,10 @@ async def test_bad_input_is_refused(memory: shortterm.Memory) -> None:
         await history.aadd_messages([HumanMessage("hi"), "hello"])  # type: ignore[list-item]
     with pytest.raises(shortterm.InvalidInput, match="channel_id"):
         ShortTermChatHistory(memory, user_id="1", channel_id="")
+    with pytest.raises(shortterm.InvalidInput, match="max_tokens"):
+        ShortTermChatHistory(memory, user_id="1", channel_id="c1", max_tokens="many")
+    with pytest.raises(shortterm.InvalidInput, match="sync_timeout_s"):
+        ShortTermChatHistory(memory, user_id="1", channel_id="c1", sync_timeout_s="1")
 
 
 # -- against a real model server ------------------------------------------------------------

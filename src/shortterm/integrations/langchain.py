@@ -115,7 +115,9 @@ class ShortTermChatHistory(BaseChatMessageHistory):
             "server_id": server_id,
         }
         self.turn: Turn = memory.turn(**self._options)  # validates every option now
-        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
             raise InvalidInput("max_tokens", max_tokens, "a positive integer or None")
         self.max_tokens = max_tokens
         if loop is None:
@@ -124,7 +126,11 @@ class ShortTermChatHistory(BaseChatMessageHistory):
             except RuntimeError:
                 loop = None
         self.loop = loop
-        if isinstance(sync_timeout_s, bool) or not sync_timeout_s > 0:
+        if (
+            isinstance(sync_timeout_s, bool)
+            or not isinstance(sync_timeout_s, int | float)
+            or not sync_timeout_s > 0
+        ):
             raise InvalidInput("sync_timeout_s", sync_timeout_s, "a positive number of seconds")
         self.sync_timeout_s = sync_timeout_s
         self._pending: list[HumanMessage] = []  # asked, not answered yet
