@@ -71,6 +71,7 @@ __all__ = ["ShortTermChatHistory", "SyncInsideLoop", "memory_tool"]
 T = TypeVar("T")
 
 SYNC_TIMEOUT_S = 30.0  # a sync call waits this long for the memory's loop
+_NAME = "ShortTermChatHistory"
 
 
 class SyncInsideLoop(ShortTermError, RuntimeError):
@@ -198,35 +199,40 @@ class ShortTermChatHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        return self._sync("messages", "history.aget_messages()", self.aget_messages())
+        return self._sync(f"{_NAME}.messages", "history.aget_messages()", self.aget_messages())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self._sync("add_messages", "history.aadd_messages(...)", self.aadd_messages(messages))
+        coro = self.aadd_messages(messages)
+        self._sync(f"{_NAME}.add_messages", "history.aadd_messages(...)", coro)
 
     def clear(self) -> None:
-        self._sync("clear", "history.aclear()", self.aclear())
+        self._sync(f"{_NAME}.clear", "history.aclear()", self.aclear())
 
-    def _sync(self, method: str, instead: str, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the memory's loop from sync code; ``method`` and ``instead`` name
-        the call and its async form for the errors."""
+    def _sync(self, what: str, instead: str, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the memory's loop from sync code; ``what`` and ``instead`` name the
+        call and its async form for the errors."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
             coro.close()
-            raise SyncInsideLoop(f"ShortTermChatHistory.{method}", instead)
+            raise SyncInsideLoop(what, instead)
         loop = self.loop
         if loop is None or loop.is_closed():
             coro.close()
             raise RuntimeError(
-                f"ShortTermChatHistory.{method} needs the event loop the memory was opened on: "
+                f"{what} needs the event loop the memory was opened on: "
                 "pass loop=... (a loop running in another thread, or an idle asyncio.Runner's "
                 "loop), or use the async methods"
             )
         if loop.is_running():
             future = asyncio.run_coroutine_threadsafe(coro, loop)
-            return future.result(timeout=self.sync_timeout_s)
+            try:
+                return future.result(timeout=self.sync_timeout_s)
+            except TimeoutError:
+                future.cancel()  # the caller gave up waiting: stop rather than run on unseen
+                raise
         return loop.run_until_complete(coro)
 
     # -- the tool ------------------------------------------------------------------------------
