@@ -8,4 +8,6 @@ Each submodule is imported on its own and never by ``import shortterm``:
   connection (a guild, messages, interactions), to try or test a bot offline; same extra.
 - :mod:`shortterm.integrations.chat_exporter`: warm a channel's memory from a DiscordChatExporter
   JSON file; plain Python, no extra needed.
+- :mod:`shortterm.integrations.langchain`: ``ShortTermChatHistory`` (a LangChain chat message
+  history) and the memory tool as a LangChain tool; needs ``pip install 'shortterm[langchain]'``.
 """
