@@ -7,6 +7,8 @@ what the model was actually sent.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
 import subprocess
 import sys
@@ -329,3 +331,69 @@ async def test_the_docs_snippet_runs(
     entry = await memory.get(shortterm.ScopeKey.server("guild-1", "general"))
     assert entry is not None
     assert entry.summary == "note that the cake is in the fridge"
+
+
+@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
+def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(store, cache) URLs: one process's default, and the tiers several processes share."""
+    if request.param == "sqlite+inprocess":
+        return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
+    store, cache = request.getfixturevalue("scale_urls")
+    return str(store), str(cache)
+
+
+async def test_a_clear_racing_the_capture_wins(
+    tiers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture reads the channel's stored messages to append the turn to them; a clear
+    landing anywhere around that read must not bring them back. Reads answer after a random
+    delay (a slow network), and the clear starts at a random moment."""
+    store, cache = tiers
+    rng = random.Random(31)
+    async with await shortterm.open(store=store, cache=cache) as memory:
+        read = memory.get
+
+        async def slow_get(key: shortterm.ScopeKey) -> shortterm.Entry | None:
+            entry = await read(key)
+            await asyncio.sleep(rng.uniform(0, 0.004))
+            return entry
+
+        monkeypatch.setattr(memory, "get", slow_get)
+        rounds, resurrected = 40, 0
+        for i in range(rounds):
+            resurrected += await _race(memory, f"race-{i}", rng.uniform(0, 0.006))
+    assert resurrected == 0, (
+        f"{resurrected} scopes in {rounds} rounds brought cleared messages back"
+    )
+
+
+async def _race(memory: shortterm.Memory, channel: str, clear_after_s: float) -> int:
+    """One round: a held message answered while the channel is cleared. Returns how many of
+    the two scopes show the messages stored before the clear."""
+    s = session(memory, channel)
+    await s.add_items(
+        [{"role": "user", "content": "old"}, {"role": "assistant", "content": "old reply"}]
+    )
+    await s.add_items([{"role": "user", "content": "new"}])
+
+    async def clear() -> None:
+        await asyncio.sleep(clear_after_s)
+        await memory.clear_channel(channel)
+
+    await asyncio.gather(clear(), s.add_items([{"role": "assistant", "content": "new reply"}]))
+    shown = 0
+    for key in (shortterm.ScopeKey.server(SERVER, channel), shortterm.ScopeKey.user(USER, channel)):
+        entry = await memory.get(key)
+        contents = [m.content for m in entry.messages] if entry is not None else []
+        shown += "old" in contents or "old reply" in contents
+    return shown
+
+
+async def test_capture_refuses_a_fence_it_did_not_issue(memory: shortterm.Memory) -> None:
+    turn = memory.turn(user_id=USER, channel_id="222")
+    with pytest.raises(shortterm.InvalidInput, match="fence"):
+        await turn.capture(
+            [shortterm.Message("user", "hi")],
+            [shortterm.Reply("yo")],
+            fence=7,  # type: ignore[arg-type]
+        )

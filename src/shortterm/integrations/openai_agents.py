@@ -249,9 +249,12 @@ class ShortTermSession:
 
     async def _capture(self) -> None:
         turn = self._current_turn()
+        # The fence before the read: a forget landing after it drops this capture, so the
+        # stored messages it extends cannot come back.
+        fence = await self.memory.begin_write(turn.user_id)
         history = [*await self._stored(turn), *self._said]
         replies = [Reply(text, persona_id=self._turn_args["persona_id"]) for text in self._replies]
-        await turn.capture(history=history, replies=replies)
+        await turn.capture(history=history, replies=replies, fence=fence)
         self._said.clear()
         self._replies.clear()
         self._turn = None  # the next run is a new turn, with its own guards
@@ -259,6 +262,7 @@ class ShortTermSession:
     async def _pop_stored(self) -> TResponseInputItem | None:
         turn = self._current_turn()
         live = turn.live_key
+        fence = await self.memory.begin_write(turn.user_id)  # before the read, as in capture
         entry = await self.memory.get(live)
         if entry is None or not entry.messages:
             return None
@@ -269,7 +273,6 @@ class ShortTermSession:
             mine = await self.memory.get(personal)
             if mine is not None and mine.messages and mine.messages[-1] == newest:
                 scopes.append((personal, mine.messages[:-1]))
-        fence = await self.memory.begin_write(self._turn_args["user_id"])
         meta = turn.meta(turn.persona_lineage_id)
         await self.memory.write_capture(
             scopes, meta, increment=None, fence=fence, now=self.memory.clock()
