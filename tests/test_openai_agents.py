@@ -397,3 +397,27 @@ async def test_capture_refuses_a_fence_it_did_not_issue(memory: shortterm.Memory
             [shortterm.Reply("yo")],
             fence=7,  # type: ignore[arg-type]
         )
+
+
+async def test_text_before_a_tool_call_waits_for_the_final_answer(
+    memory: shortterm.Memory,
+) -> None:
+    s = session(memory)
+    await s.add_items([{"role": "user", "content": "is the pool open?"}])
+    await s.add_items(
+        [
+            {"role": "assistant", "content": "let me check"},
+            {"type": "function_call", "call_id": "c1", "name": "hours", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "9-17"},
+        ]
+    )
+    assert await memory.get(s.live_key) is None  # the run goes on: nothing captured yet
+    await s.add_items([{"role": "assistant", "content": "open until five"}])
+    entry = await memory.get(s.live_key)
+    assert entry is not None
+    assert [(m.role, m.content) for m in entry.messages] == [
+        ("user", "is the pool open?"),
+        ("assistant", "let me check"),
+        ("assistant", "open until five"),
+    ]
+    assert entry.turns_since_refresh == 0  # one turn, and it could not use the tool
