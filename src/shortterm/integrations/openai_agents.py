@@ -12,9 +12,11 @@ session=...)`` and the SDK reads the prompt's history from it and hands it each 
   channel's messages; the recalled memory always leads.
 - :meth:`~ShortTermSession.add_items`: user messages are held until the turn's answer arrives;
   a batch that ends with an assistant message captures the turn (``Turn.capture``: the user's
-  messages as history, the assistant's text as replies). Tool calls, tool outputs, reasoning
-  and operator (system / developer) items are not kept: they are the run's machinery, not
-  the channel's dialogue, and the memory tool keeps what is worth keeping of them.
+  messages after the channel's stored ones as history, the assistant's text as replies; its
+  write fence is taken before that read, so a forget racing the run wins). Tool calls, tool
+  outputs, reasoning and operator (system / developer) items are not kept: they are the
+  run's machinery, not the channel's dialogue, and the memory tool keeps what is worth
+  keeping of them.
 - :meth:`~ShortTermSession.pop_item`: the newest message held for the turn, else the newest
   message of this channel's memory (removed from its user scope too when it is last there).
 - :meth:`~ShortTermSession.clear_session`: forgets the channel, as the Discord cog's
