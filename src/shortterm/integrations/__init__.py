@@ -6,6 +6,8 @@ Each submodule is imported on its own and never by ``import shortterm``:
   arguments, a cog with ``/refresh`` and ``/memory``); needs ``pip install 'shortterm[discord]'``.
 - :mod:`shortterm.integrations.discord_offline`: real discord.py objects built with no Discord
   connection (a guild, messages, interactions), to try or test a bot offline; same extra.
+- :mod:`shortterm.integrations.openai_agents`: ``ShortTermSession``, an OpenAI Agents SDK
+  ``Session`` and its memory tool; needs ``pip install 'shortterm[openai-agents]'``.
 - :mod:`shortterm.integrations.chat_exporter`: warm a channel's memory from a DiscordChatExporter
   JSON file; plain Python, no extra needed.
 - :mod:`shortterm.integrations.langchain`: ``ShortTermChatHistory`` (a LangChain chat message

@@ -25,6 +25,7 @@ from ..model import (
     check_optional_text,
 )
 from ..model.errors import InvalidInput
+from ..model.fence import WriteFence
 from ..model.text import truncate
 from ..prompt.context import Context
 from . import tool_call as _tool
@@ -236,6 +237,7 @@ class Turn:
         replies: Sequence[Reply] = (),
         *,
         stopped: bool = False,
+        fence: WriteFence | None = None,
     ) -> None:
         """Keep the recent dialogue of this turn.
 
@@ -243,19 +245,31 @@ class Turn:
         newest ``max_messages`` of ``history + replies``; summaries and categories stay. One
         entry per distinct reply persona. Skipped for stopped turns, turns without replies and
         full-privacy users; full-privacy authors are dropped. Advances the live counter.
+
+        ``fence``: for a surface that builds ``history`` from the stored messages, the
+        ``memory.begin_write(user_id)`` it took before reading them, so that a forget landing
+        after that read drops this capture. By default the capture takes its own.
         """
         with self.memory.cache.operation():
-            await self._capture(history, replies, stopped=stopped)
+            await self._capture(history, replies, stopped=stopped, fence=fence)
 
     async def _capture(
-        self, history: Sequence[Message], replies: Sequence[Reply], *, stopped: bool
+        self,
+        history: Sequence[Message],
+        replies: Sequence[Reply],
+        *,
+        stopped: bool,
+        fence: WriteFence | None = None,
     ) -> None:
         history = _checked("history", history, Message)
         replies = _checked("replies", replies, Reply)
         memory = self.memory
         # The fence first: the privacy choices read below are those of this position, and
         # any forget after it drops what it covers from this capture, in both tiers.
-        fence = await memory.begin_write(self.user_id)
+        if fence is None:
+            fence = await memory.begin_write(self.user_id)
+        elif type(fence) is not WriteFence:
+            raise InvalidInput("fence", fence, "None or what memory.begin_write() returned")
         known, config = memory.known_settings, memory.config
         now = memory.clock()
         if known.due(now, config.settings_refresh_s):

@@ -1,0 +1,324 @@
+"""shortterm as the memory of an OpenAI Agents SDK agent: a ``Session`` and a function tool.
+
+``pip install 'shortterm[openai-agents]'``. One :class:`ShortTermSession` is one user talking
+in one channel (of a server, or a DM) to one persona; pass it to ``Runner.run(...,
+session=...)`` and the SDK reads the prompt's history from it and hands it each finished item:
+
+- :meth:`~ShortTermSession.get_items`: what memory recalls for this turn, as the read path
+  renders it (:meth:`Turn.context`: the other channels' block, then this channel's summary or
+  notes; quoted, escaped data in ``user`` messages), then this channel's recent messages as
+  ``user`` / ``assistant`` messages, and the cadence nudge (only when the agent carries
+  :meth:`~ShortTermSession.tool`) spliced at the server's nudge depth. ``limit`` counts the
+  channel's messages; the recalled memory always leads.
+- :meth:`~ShortTermSession.add_items`: user messages are held until the turn's answer arrives;
+  a batch that ends with an assistant message captures the turn (``Turn.capture``: the user's
+  messages after the channel's stored ones as history, the assistant's text as replies; its
+  write fence is taken before that read, so a forget racing the run wins). Tool calls, tool
+  outputs, reasoning and operator (system / developer) items are not kept: they are the
+  run's machinery, not the channel's dialogue, and the memory tool keeps what is worth
+  keeping of them.
+- :meth:`~ShortTermSession.pop_item`: the newest message held for the turn, else the newest
+  message of this channel's memory (removed from its user scope too when it is last there).
+- :meth:`~ShortTermSession.clear_session`: forgets the channel, as the Discord cog's
+  ``/refresh`` does (``memory.clear_channel``: every user, persona and scope of it).
+
+A session serves one run at a time (its methods take a lock); in a multi-party chat create
+one per incoming message, since the triggering user is part of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..memory.tool_call import turn_spec
+from ..model import Message, Privacy, Reply, ScopeKey
+from ..model.errors import ExtraMissing, InvalidInput
+from ..prompt.context import Context
+from ..prompt.inject import inject
+from ..tool.spec import render
+from ..tool.texts import TOOL_NAME
+
+try:
+    from agents import FunctionTool, RunContextWrapper, TResponseInputItem
+    from agents.tool_context import ToolContext
+except ModuleNotFoundError as exc:  # pragma: no cover - the dev extra installs it
+    if exc.name and exc.name.split(".")[0] == "agents":
+        raise ExtraMissing("openai-agents", "openai-agents") from exc
+    raise
+
+if TYPE_CHECKING:
+    from agents.memory import SessionSettings
+
+    from ..memory.facade import Memory
+    from ..memory.turn import Turn
+
+__all__ = ["ShortTermSession"]
+
+
+class ShortTermSession:
+    """The Agents SDK ``Session`` protocol over a :class:`shortterm.Memory`.
+
+    Keyword arguments are those of ``memory.turn(...)`` that describe who talks where;
+    ``session_id`` defaults to a string naming the scope. ``session_settings`` is the SDK's
+    (e.g. ``SessionSettings(limit=6)``).
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        user_id: str,
+        channel_id: str,
+        server_id: str | None = None,
+        persona_id: str | None = None,
+        persona_lineage_id: str | None = None,
+        user_name: str | None = None,
+        bot_name: str = "Assistant",
+        server_name: str | None = None,
+        channel_name: str | None = None,
+        parent_channel_id: str | None = None,
+        privacy: Privacy = Privacy.NONE,
+        locale: str | None = None,
+        session_id: str | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.memory = memory
+        self._turn_args: dict[str, Any] = {
+            "user_id": user_id,
+            "channel_id": channel_id,
+            "server_id": server_id,
+            "persona_id": persona_id,
+            "persona_lineage_id": persona_lineage_id,
+            "user_name": user_name,
+            "bot_name": bot_name,
+            "server_name": server_name,
+            "channel_name": channel_name,
+            "parent_channel_id": parent_channel_id,
+            "privacy": privacy,
+            "locale": locale,
+        }
+        self._tool_offered = False
+        probe = self._new_turn("")  # checks every argument now, not at the first run
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise InvalidInput("session_id", session_id, "a non-empty string or None")
+        self.session_id = session_id or _describe(probe.live_key)
+        self.session_settings = session_settings
+        self._lock = asyncio.Lock()
+        self._turn: Turn | None = None
+        # The run in progress: what the user said, and what the assistant said before its
+        # final answer (text next to a tool call).
+        self._said: list[Message] = []
+        self._replies: list[str] = []
+
+    # -- the turn of the run in progress ------------------------------------------------
+
+    def _new_turn(self, user_message: str) -> Turn:
+        return self.memory.turn(
+            **self._turn_args, user_message=user_message, has_tools=self._tool_offered
+        )
+
+    def _current_turn(self) -> Turn:
+        if self._turn is None:
+            self._turn = self._new_turn(" ".join(m.content for m in self._said))
+        return self._turn
+
+    @property
+    def live_key(self) -> ScopeKey:
+        """The scope holding this channel's messages, summary and cadence counter."""
+        return self._current_turn().live_key
+
+    # -- the Session protocol ------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Recalled memory first, then the latest ``limit`` messages of this channel (all
+        when ``None``), oldest first; the cadence nudge at the server's nudge depth."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidInput("limit", limit, "None or a non-negative integer")
+        async with self._lock:
+            turn = self._current_turn()
+            ctx = await turn.context()
+            dialogue = [*await self._stored(turn), *self._said]
+            if limit is not None:
+                dialogue = dialogue[-limit:] if limit > 0 else []
+            items = [self._as_item(m) for m in dialogue]
+            nudge = ctx.nudge if self._tool_offered else None
+            if not ctx.items and nudge is None:
+                return items
+            # Memory leads (-1: anchored at the top, after the agent's instructions).
+            placed = Context(list(ctx.items), nudge, -1, ctx.nudge_depth)
+            return inject(items, placed, format="openai-responses")  # type: ignore[return-value]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Hold the user's messages; a batch ending with the assistant's answer captures the
+        turn (tool items, reasoning and operator messages are not kept)."""
+        async with self._lock:
+            answered = False
+            for item in items:
+                role, text = _dialogue_text(item)
+                if role is None:
+                    if _is_tool_item(item):
+                        answered = False  # the run goes on after a tool call
+                    continue
+                if role == "user":
+                    self._said.append(
+                        Message(
+                            "user",
+                            text,
+                            author_id=self._turn_args["user_id"],
+                            speaker=self._turn_args["user_name"],
+                            at=self.memory.clock(),
+                        )
+                    )
+                    self._turn = None  # a new message: the intent gate reads it again
+                    answered = False
+                else:
+                    self._replies.append(text)
+                    answered = True
+            if answered:
+                await self._capture()
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest message: one held for the run in progress, else the
+        newest of this channel's memory. ``None`` when there is none."""
+        async with self._lock:
+            if self._replies:
+                return self._as_item(self._reply(self._replies.pop()))
+            if self._said:
+                self._turn = None
+                return self._as_item(self._said.pop())
+            return await self._pop_stored()
+
+    async def clear_session(self) -> None:
+        """Forget this channel (every user, persona and scope of it), like ``/refresh``."""
+        async with self._lock:
+            self._said.clear()
+            self._replies.clear()
+            self._turn = None
+            await self.memory.clear_channel(self._turn_args["channel_id"])
+
+    # -- the memory tool ------------------------------------------------------------------
+
+    def tool(self) -> FunctionTool:
+        """``update_short_term_memory`` as an SDK function tool, for ``Agent(tools=[...])``.
+
+        Its schema follows this server's settings as the memory knows them now (category mode
+        when the server configured categories). A call goes through :meth:`Turn.call_tool` of
+        the run in progress, so the guards hold: one upgrade per turn, nothing on a user's
+        "remember this forever" message (the tool is hidden then), nothing for a user who
+        keeps nothing personal. Creating it also lets :meth:`get_items` add the nudge.
+        """
+        self._tool_offered = True
+        self._turn = None
+        turn = self._current_turn()
+        spec = render(turn_spec(turn), "openai-responses")
+
+        async def invoke(_ctx: ToolContext[Any], arguments: str) -> str:
+            result = await self._current_turn().call_tool(TOOL_NAME, arguments)
+            return result.message
+
+        def enabled(_ctx: RunContextWrapper[Any], _agent: object) -> bool:
+            return self._current_turn().tool_available()
+
+        return FunctionTool(
+            name=TOOL_NAME,
+            description=spec["description"],
+            params_json_schema=spec["parameters"],
+            on_invoke_tool=invoke,
+            strict_json_schema=True,
+            is_enabled=enabled,
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _reply(self, text: str) -> Message:
+        return Message("assistant", text, speaker=self._turn_args["bot_name"])
+
+    def _as_item(self, message: Message) -> TResponseInputItem:
+        content = message.content
+        others = message.author_id is not None and message.author_id != self._turn_args["user_id"]
+        if message.role == "user" and others and message.speaker:
+            content = f"{message.speaker}: {content}"  # someone else in a multi-party channel
+        return {"role": message.role, "content": content}
+
+    async def _stored(self, turn: Turn) -> list[Message]:
+        entry = await self.memory.get(turn.live_key)
+        return list(entry.messages) if entry is not None else []
+
+    async def _capture(self) -> None:
+        turn = self._current_turn()
+        # The fence before the read: a forget landing after it drops this capture, so the
+        # stored messages it extends cannot come back.
+        fence = await self.memory.begin_write(turn.user_id)
+        history = [*await self._stored(turn), *self._said]
+        replies = [Reply(text, persona_id=self._turn_args["persona_id"]) for text in self._replies]
+        await turn.capture(history=history, replies=replies, fence=fence)
+        self._said.clear()
+        self._replies.clear()
+        self._turn = None  # the next run is a new turn, with its own guards
+
+    async def _pop_stored(self) -> TResponseInputItem | None:
+        turn = self._current_turn()
+        live = turn.live_key
+        fence = await self.memory.begin_write(turn.user_id)  # before the read, as in capture
+        entry = await self.memory.get(live)
+        if entry is None or not entry.messages:
+            return None
+        newest = entry.messages[-1]
+        scopes = [(live, entry.messages[:-1])]
+        personal = turn.user_key(turn.persona_id)
+        if personal != live:
+            mine = await self.memory.get(personal)
+            if mine is not None and mine.messages and mine.messages[-1] == newest:
+                scopes.append((personal, mine.messages[:-1]))
+        meta = turn.meta(turn.persona_lineage_id)
+        await self.memory.write_capture(
+            scopes, meta, increment=None, fence=fence, now=self.memory.clock()
+        )
+        return self._as_item(newest)
+
+
+def _describe(key: ScopeKey) -> str:
+    return json.dumps(
+        ["shortterm", key.kind, key.owner_id, key.channel_id, key.persona_id],
+        separators=(",", ":"),
+    )
+
+
+def _is_tool_item(item: Mapping[str, Any]) -> bool:
+    kind = item.get("type")
+    return isinstance(kind, str) and kind != "message" and kind != "reasoning"
+
+
+def _dialogue_text(item: Mapping[str, Any]) -> tuple[str | None, str]:
+    """``("user" | "assistant", text)`` for a message item with text, ``(None, "")`` for
+    anything else (tool items, reasoning, operator messages, images only)."""
+    if not isinstance(item, Mapping):
+        raise InvalidInput("items", item, "a list of Responses input items (dicts)")
+    kind = item.get("type", "message")
+    role = item.get("role")
+    if kind != "message" or role not in ("user", "assistant"):
+        return None, ""
+    text = _text_of(item.get("content"))
+    return (role, text) if text.strip() else (None, "")
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, Sequence):
+        return ""
+    parts = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append(part["refusal"])
+    return "\n".join(parts)
