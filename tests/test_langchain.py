@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -232,6 +233,52 @@ async def test_tool_and_system_messages_are_not_kept(memory: shortterm.Memory) -
         ]
     )
     assert [m.content for m in await history.aget_messages()] == ["weather?", "Sunny today."]
+
+
+@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
+def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(store, cache) URLs: one process's default, and the tiers several processes share."""
+    if request.param == "sqlite+inprocess":
+        return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
+    store, cache = request.getfixturevalue("scale_urls")
+    return str(store), str(cache)
+
+
+async def test_a_clear_racing_the_capture_wins(
+    tiers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture reads the channel's stored messages and writes them back with the turn; a
+    clear landing anywhere around that read must not bring them back. Reads answer after a
+    random delay, and the clear starts at a random moment: 40 rounds per pair of tiers."""
+    store, cache = tiers
+    rng = random.Random(37)
+    async with await shortterm.open(store=store, cache=cache) as memory:
+        read = memory.get
+
+        async def slow_get(key: ScopeKey) -> shortterm.Entry | None:
+            entry = await read(key)
+            await asyncio.sleep(rng.uniform(0, 0.004))
+            return entry
+
+        monkeypatch.setattr(memory, "get", slow_get)
+        resurrected = 0
+        for i in range(40):
+            channel = f"race-{i}"
+            history = history_for(memory, channel)
+            await history.aadd_messages([HumanMessage("old"), AIMessage("old reply")])
+
+            async def clear(channel: str = channel, after: float = rng.uniform(0, 0.006)) -> None:
+                await asyncio.sleep(after)
+                await memory.clear_channel(channel)
+
+            await asyncio.gather(
+                clear(), history.aadd_messages([HumanMessage("new"), AIMessage("new reply")])
+            )
+            for key in (ScopeKey.server("333", channel), ScopeKey.user("111", channel)):
+                entry = await read(key)
+                said = [m.content for m in entry.messages] if entry is not None else []
+                resurrected += "old" in said or "old reply" in said
+    assert resurrected == 0, f"{resurrected} scopes brought cleared messages back"
 
 
 async def test_bad_input_is_refused(memory: shortterm.Memory) -> None:

@@ -178,6 +178,9 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         self, said: Sequence[HumanMessage | AIMessage], answers: Sequence[BaseMessage]
     ) -> None:
         turn = self.turn
+        # The fence before the read: the stored messages go back in as history, so a forget
+        # landing after this read must drop the capture rather than see them written again.
+        fence = await self.memory.begin_write(turn.user_id)
         entry = await self.memory.get(turn.live_key)
         history = list(entry.messages) if entry is not None else []
         for m in said:
@@ -185,7 +188,7 @@ class ShortTermChatHistory(BaseChatMessageHistory):
                 history.append(Message("assistant", _text(m), speaker=turn.bot_name))
             else:
                 history.append(self._as_shortterm(m))
-        await turn.capture(history, [Reply(_text(m)) for m in answers])
+        await turn.capture(history, [Reply(_text(m)) for m in answers], fence=fence)
         self._pending = []
         self.turn = self.memory.turn(**self._options)  # the next answer is a new turn
 
