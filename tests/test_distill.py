@@ -1,0 +1,254 @@
+"""The distiller: summaries written with any OpenAI-compatible model, through the tool's fenced
+write path (docs/tool.md, "The distiller")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+import shortterm
+from shortterm import (
+    Category,
+    Message,
+    Privacy,
+    Reply,
+    ScopeKey,
+    ServerSettings,
+    UserSettings,
+    fake_model,
+)
+from shortterm.memory import distill as distiller
+from tests.fake_model_process import fake_model_process
+from tests.support import clear_redis_prefix, service_url, with_query
+
+SERVER = ScopeKey.server("s1", "c1", None)
+
+
+async def _said(
+    memory: shortterm.Memory, text: str, *, channel: str = "c1", user: str = "u1", **turn: Any
+) -> None:
+    t = memory.turn(user_id=user, channel_id=channel, server_id="s1", **turn)
+    await t.capture(history=[Message("user", text, author_id=user)], replies=[Reply(f"ok: {text}")])
+
+
+def _fake_post(sent: list[list[dict[str, str]]]) -> distiller.Poster:
+    async def post(messages: list[dict[str, str]]) -> str:
+        sent.append(messages)
+        answer = fake_model.complete({"model": "m", "messages": messages})
+        return str(answer["choices"][0]["message"]["content"])
+
+    return post
+
+
+@pytest.fixture
+async def mem(tmp_path: Path) -> AsyncIterator[shortterm.Memory]:
+    config = shortterm.Config(sweep_interval_s=0)
+    async with shortterm.open(f"sqlite:///{tmp_path / 'd.db'}", config=config) as memory:
+        await memory.configure_server("s1", ServerSettings(refresh_cadence=2))
+        yield memory
+
+
+async def test_a_due_scope_gets_a_summary_made_from_its_messages(mem: shortterm.Memory) -> None:
+    await _said(mem, "we hike the ridge trail on Saturday")
+    sent: list[list[dict[str, str]]] = []
+    report = await distiller.run(mem, _fake_post(sent))
+    assert report.distilled == [] and report.skipped.get("not due") == 1  # 1 of 2 turns
+    await _said(mem, "meet at the north gate at 8")
+    report = await distiller.run(mem, _fake_post(sent))
+    assert report.distilled == [SERVER]
+    entry = await mem.get(SERVER)
+    assert entry is not None and entry.summary is not None
+    assert "meet at the north gate at 8" in entry.summary
+    assert entry.turns_since_refresh == 0
+    row = await mem.store.load(SERVER)
+    assert row is not None and row.summary == entry.summary
+    # Nothing due now: a second run asks nothing and changes nothing.
+    asked = len(sent)
+    again = await distiller.run(mem, _fake_post(sent))
+    assert again.distilled == [] and len(sent) == asked
+    assert (await mem.store.load(SERVER)) == row
+
+
+async def test_categories_mode_writes_the_fields(mem: shortterm.Memory) -> None:
+    cats = (Category("Plans", "what is planned"), Category("People", "who is involved"))
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1, categories=cats))
+    await _said(mem, "dinner at Lupa on Friday")
+    sent: list[list[dict[str, str]]] = []
+    report = await distiller.run(mem, _fake_post(sent))
+    assert report.distilled == [SERVER]
+    assert "Fields:" in sent[0][0]["content"]
+    entry = await mem.get(SERVER)
+    assert entry is not None and entry.summary is None
+    assert "dinner at Lupa on Friday" in entry.categories["plans"]
+    assert "people" not in entry.categories
+
+
+async def test_private_channels_and_full_privacy_never_reach_the_model(
+    mem: shortterm.Memory,
+) -> None:
+    await mem.configure_server(
+        "s1", ServerSettings(refresh_cadence=1, private_channel_ids=("secret",))
+    )
+    await mem.configure_user("u2", UserSettings(privacy=Privacy.FULL))
+    await _said(mem, "the vault code is 4471", channel="secret")
+    t = mem.turn(user_id="u1", channel_id="c1", server_id="s1")
+    history = [
+        Message("user", "u2 whispers: my address is 9 Elm", author_id="u2"),
+        Message("user", "lunch at noon", author_id="u1"),
+    ]
+    await t.capture(history=history, replies=[Reply("noted")])
+    sent: list[list[dict[str, str]]] = []
+    report = await distiller.run(mem, _fake_post(sent))
+    assert report.distilled == [SERVER]
+    assert report.skipped.get("private channel") == 1
+    text = json.dumps(sent)
+    assert "lunch at noon" in text
+    assert "4471" not in text and "9 Elm" not in text
+
+
+async def test_an_answer_that_cannot_be_used_writes_nothing(mem: shortterm.Memory) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    await _said(mem, "hello")
+
+    async def blank(messages: list[dict[str, str]]) -> str:
+        return "   "
+
+    report = await distiller.run(mem, blank)
+    assert [k for k, _ in report.failed] == [SERVER]
+    entry = await mem.get(SERVER)
+    assert entry is not None and entry.summary is None and entry.turns_since_refresh == 1
+
+
+# -- a distill racing a forget: the forget wins, in every tier --------------------------------
+
+
+async def _race_round(memory: shortterm.Memory, rng: random.Random, round_: int) -> None:
+    channel = f"r{round_}"
+    key = ScopeKey.server("s1", channel, None)
+    await _said(memory, f"plan {round_}", channel=channel)
+
+    async def post(messages: list[dict[str, str]]) -> str:
+        for _ in range(rng.randint(0, 3)):
+            await asyncio.sleep(0)
+        return f"summary of {channel}"
+
+    async def clear() -> None:
+        for _ in range(rng.randint(0, 6)):
+            await asyncio.sleep(0)
+        await memory.clear_channel(channel)
+
+    # Yield points inside the distiller as well: the forget may land at any await.
+    original = memory.begin_write
+
+    async def begin(triggerer: str | None = None) -> Any:
+        fence = await original(triggerer)
+        for _ in range(rng.randint(0, 3)):
+            await asyncio.sleep(0)
+        return fence
+
+    memory.begin_write = begin  # type: ignore[method-assign]
+    try:
+        await asyncio.gather(distiller.run(memory, post, limit=1_000_000), clear())
+    finally:
+        del memory.begin_write
+    assert await memory.get(key) is None, f"round {round_}: the hot tier kept it"
+    assert await memory.store.load(key) is None, f"round {round_}: the store kept it"
+    assert await memory.cache.get(key, memory.clock()) is None
+
+
+async def test_a_clear_racing_a_distill_wins_in_every_tier(mem: shortterm.Memory) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    rng = random.Random(int(os.environ.get("SHORTTERM_RACE_SEED", "31")))
+    for round_ in range(300):
+        await _race_round(mem, rng, round_)
+
+
+# -- the command, as a user runs it: a shared Redis tier and the fake model as processes -----
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "shortterm.cli", "distill", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+async def shared(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"
+    yield f"sqlite:///{tmp_path / 'shared.db'}", with_query(redis_url, prefix=quote(prefix))
+    await clear_redis_prefix(redis_url, prefix)
+
+
+async def test_the_command_distills_what_a_bot_said_on_a_shared_tier(
+    tmp_path: Path, shared: tuple[str, str]
+) -> None:
+    store, cache = shared
+    env = {**os.environ, "SHORTTERM_STORE": store, "SHORTTERM_CACHE": cache}
+    async with shortterm.open(store, cache) as bot:
+        await bot.configure_server("s1", ServerSettings(refresh_cadence=1))
+        await _said(bot, "the release is on Thursday")
+    with fake_model_process(tmp_path / "requests.jsonl") as model:
+        done = await asyncio.to_thread(_cli, "--base-url", model.url, "--model", "m", env=env)
+        assert done.returncode == 0, done.stderr
+        assert "distilled 1" in done.stdout
+        assert len(model.chats()) == 1
+        async with shortterm.open(store, cache) as bot:
+            entry = await bot.get(SERVER)
+        assert entry is not None and entry.summary is not None
+        assert "the release is on Thursday" in entry.summary
+        again = await asyncio.to_thread(_cli, "--base-url", model.url, "--model", "m", env=env)
+        assert again.returncode == 0, again.stderr
+        assert "distilled 0" in again.stdout
+        assert len(model.chats()) == 1  # nothing due: nothing asked
+        async with shortterm.open(store, cache) as bot:
+            assert await bot.get(SERVER) == entry
+
+
+async def test_an_unreachable_model_fails_clearly_and_loses_nothing(
+    shared: tuple[str, str],
+) -> None:
+    store, cache = shared
+    env = {**os.environ, "SHORTTERM_STORE": store, "SHORTTERM_CACHE": cache}
+    async with shortterm.open(store, cache) as bot:
+        await bot.configure_server("s1", ServerSettings(refresh_cadence=1))
+        await _said(bot, "keep this")
+        before = await bot.get(SERVER)
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    done = await asyncio.to_thread(
+        _cli, "--base-url", url, "--model", "m", "--retries", "1", "--timeout", "5", env=env
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "did not answer" in done.stderr and "nothing was written" in done.stderr
+    async with shortterm.open(store, cache) as bot:
+        after = await bot.get(SERVER)
+    assert after == before and after is not None and after.turns_since_refresh == 1
+
+
+def test_an_in_process_tier_is_named_as_the_reason(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "SHORTTERM_STORE": f"sqlite:///{tmp_path / 'x.db'}",
+        "SHORTTERM_CACHE": "memory://",
+    }
+    done = _cli("--base-url", "http://127.0.0.1:9/v1", "--model", "m", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "in-process" in done.stderr and "redis://" in done.stderr
+    assert "looked at 0 scope(s)" in done.stdout
