@@ -4,6 +4,7 @@ write path (docs/tool.md, "The distiller")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -184,6 +185,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _popen(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "shortterm.cli", "distill", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
@@ -252,3 +257,72 @@ def test_an_in_process_tier_is_named_as_the_reason(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "in-process" in done.stderr and "redis://" in done.stderr
     assert "looked at 0 scope(s)" in done.stdout
+
+
+# -- in the background: the sidecar's task ----------------------------------------------------
+
+
+async def test_the_background_task_never_holds_a_turn_up(mem: shortterm.Memory) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    await _said(mem, "first")
+    asked, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(messages: list[dict[str, str]]) -> str:
+        asked.set()
+        await release.wait()  # a model that takes as long as the test wants
+        return "Notes: after the wait"
+
+    async def forever() -> None:
+        while True:
+            await distiller.run(mem, slow)
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(forever())
+    try:
+        await asyncio.wait_for(asked.wait(), 30)
+        # The model is still thinking: turns in the same channel and elsewhere go through.
+        for i in range(20):
+            await _said(mem, f"turn {i}", channel=f"c{i % 3 + 1}")
+            t = mem.turn(user_id="u1", channel_id="c1", server_id="s1")
+            await t.context()
+        assert not release.is_set()
+        release.set()
+        for _ in range(3000):
+            entry = await mem.get(SERVER)
+            if entry is not None and entry.summary == "Notes: after the wait":
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the background distill never landed")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_serve_distills_in_the_background(tmp_path: Path, shared: tuple[str, str]) -> None:
+    store, cache = shared
+    async with shortterm.open(store, cache) as bot:
+        await bot.configure_server("s1", ServerSettings(refresh_cadence=1))
+        await _said(bot, "the demo is at noon")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+    with fake_model_process(tmp_path / "requests.jsonl") as model:
+        command = [sys.executable, "-m", "shortterm.cli", "serve", "--port", "0"]
+        options = ["--store", store, "--cache", cache, "--distill-base-url", model.url]
+        options += ["--distill-model", "m", "--distill-interval", "0.2"]
+        proc = _popen([*command, *options], clean)
+        try:
+            summary = None
+            async with shortterm.open(store, cache) as bot:
+                for _ in range(600):
+                    entry = await bot.get(SERVER)
+                    summary = entry.summary if entry is not None else None
+                    if summary is not None or proc.poll() is not None:
+                        break
+                    await asyncio.sleep(0.1)
+            assert proc.poll() is None, "serve exited"
+            assert summary is not None and "the demo is at noon" in summary
+            assert len(model.chats()) == 1
+        finally:
+            proc.terminate()
+            proc.wait(30)

@@ -35,7 +35,7 @@ from ..tool.spec import field_names
 if TYPE_CHECKING:
     from .facade import Memory
 
-__all__ = ["DistillReport", "ModelFailed", "distill"]
+__all__ = ["DistillReport", "DistillSchedule", "ModelFailed", "distill", "distill_forever", "run"]
 
 _SCAN_BATCH = 500
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -60,6 +60,7 @@ class DistillReport:
     skipped: dict[str, int] = field(default_factory=dict)
     failed: list[tuple[ScopeKey, str]] = field(default_factory=list)
     capped: bool = False  # the per-run cap stopped the walk: more may be due
+    error: str | None = None  # the run itself failed (the store or hot tier down)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -72,6 +73,13 @@ def _check_positive(name: str, value: object, *, real: bool = False) -> None:
     kinds = (int, float) if real else (int,)
     if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
         raise InvalidInput(name, value, "a positive number" if real else "a positive integer")
+
+
+def _check_url_and_model(base_url: object, model: object) -> None:
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise InvalidInput("base_url", base_url, "an http:// or https:// URL")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("model", model, "a model name")
 
 
 async def distill(
@@ -90,10 +98,7 @@ async def distill(
     """Distill every due scope the hot tier holds (at most ``limit`` model calls, at most
     ``scan_limit`` scopes looked at) through the chat endpoint at ``base_url`` (the ``/v1``
     URL); returns a :class:`DistillReport`."""
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise InvalidInput("base_url", base_url, "an http:// or https:// URL")
-    if not isinstance(model, str) or not model:
-        raise InvalidInput("model", model, "a model name")
+    _check_url_and_model(base_url, model)
     _check_positive("concurrency", concurrency)
     _check_positive("limit", limit)
     _check_positive("scan_limit", scan_limit)
@@ -321,3 +326,46 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
         return "a forget overtook it"
     memory.health.count("upgrades")
     return None
+
+
+@dataclass(frozen=True)
+class DistillSchedule:
+    """The sidecar's background distiller: :func:`distill` every ``interval_s`` seconds."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    interval_s: float = 300.0
+    concurrency: int = 2
+    limit: int = 100
+
+    def __post_init__(self) -> None:
+        # Checked when the sidecar starts, not at the first run an interval later.
+        _check_url_and_model(self.base_url, self.model)
+        _check_positive("interval_s", self.interval_s, real=True)
+        _check_positive("concurrency", self.concurrency)
+        _check_positive("limit", self.limit)
+
+
+async def distill_forever(
+    memory: Memory, schedule: DistillSchedule, *, on_report: Callable[[DistillReport], None]
+) -> None:
+    """Run :func:`distill` every ``schedule.interval_s`` seconds until cancelled. A run that
+    fails (the store down, a model that does not answer) is reported and the next one
+    comes at its time: the task never ends on its own and never holds a turn up (it shares
+    no lock with turns; its writes are the tool's fenced writes)."""
+    while True:
+        await asyncio.sleep(schedule.interval_s)
+        try:
+            report = await distill(
+                memory,
+                base_url=schedule.base_url,
+                model=schedule.model,
+                api_key=schedule.api_key,
+                concurrency=schedule.concurrency,
+                limit=schedule.limit,
+            )
+        except StoreUnavailable as exc:
+            memory.health.failed("distill", exc)
+            report = DistillReport(error=str(exc))
+        on_report(report)
