@@ -119,6 +119,26 @@ async def test_private_channels_and_full_privacy_never_reach_the_model(
     assert "4471" not in text and "9 Elm" not in text
 
 
+async def test_a_full_privacy_choice_learned_after_the_capture_is_honoured(
+    mem: shortterm.Memory,
+) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    t = mem.turn(user_id="u1", channel_id="c1", server_id="s1")
+    history = [
+        Message("user", "my phone is 555-0199", author_id="u2"),
+        Message("user", "lunch at noon", author_id="u1"),
+    ]
+    await t.capture(history=history, replies=[Reply("noted")])
+    # What a process knows between learning u2's choice and its forget reaching the hot
+    # tier: the read path hides u2's messages by the known settings alone, and so must we.
+    mem.known_settings.put_users({"u2": UserSettings(privacy=Privacy.FULL)})
+    sent: list[list[dict[str, str]]] = []
+    report = await distiller.run(mem, _fake_post(sent))
+    assert report.distilled == [SERVER]
+    text = json.dumps(sent)
+    assert "lunch at noon" in text and "555-0199" not in text
+
+
 async def test_an_answer_that_cannot_be_used_writes_nothing(mem: shortterm.Memory) -> None:
     await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
     await _said(mem, "hello")

@@ -368,4 +368,6 @@ async def distill_forever(
         except StoreUnavailable as exc:
             memory.health.failed("distill", exc)
             report = DistillReport(error=str(exc))
+        except ShortTermError as exc:  # e.g. the httpx extra missing: said at every run
+            report = DistillReport(error=str(exc))
         on_report(report)
