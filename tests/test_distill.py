@@ -152,6 +152,40 @@ async def test_an_answer_that_cannot_be_used_writes_nothing(mem: shortterm.Memor
     assert entry is not None and entry.summary is None and entry.turns_since_refresh == 1
 
 
+async def test_a_run_stops_at_its_cap_and_the_next_one_goes_on(mem: shortterm.Memory) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    for channel in ("c1", "c2", "c3"):
+        await _said(mem, f"news of {channel}", channel=channel)
+    sent: list[list[dict[str, str]]] = []
+    first = await distiller.run(mem, _fake_post(sent), limit=2)
+    assert len(first.distilled) == 2 and first.capped
+    second = await distiller.run(mem, _fake_post(sent), limit=2)
+    assert len(second.distilled) == 1 and not second.capped
+    assert {k.channel_id for k in first.distilled + second.distilled} == {"c1", "c2", "c3"}
+    assert len(sent) == 3
+
+
+async def test_a_failing_model_starts_nothing_more_and_loses_nothing(
+    mem: shortterm.Memory,
+) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    for channel in ("c1", "c2", "c3"):
+        await _said(mem, f"news of {channel}", channel=channel)
+    calls = 0
+
+    async def down(messages: list[dict[str, str]]) -> str:
+        nonlocal calls
+        calls += 1
+        raise distiller.ModelFailed("http://model/v1 did not answer")
+
+    report = await distiller.run(mem, down, concurrency=1)
+    assert calls == 1 and len(report.failed) == 1 and report.distilled == []
+    for channel in ("c1", "c2", "c3"):
+        entry = await mem.get(ScopeKey.server("s1", channel, None))
+        assert entry is not None and entry.summary is None and entry.turns_since_refresh == 1
+        assert entry.messages[0].content == f"news of {channel}"
+
+
 # -- a distill racing a forget: the forget wins, in every tier --------------------------------
 
 
@@ -189,11 +223,23 @@ async def _race_round(memory: shortterm.Memory, rng: random.Random, round_: int)
     assert await memory.cache.get(key, memory.clock()) is None
 
 
-async def test_a_clear_racing_a_distill_wins_in_every_tier(mem: shortterm.Memory) -> None:
-    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+async def _race(memory: shortterm.Memory, rounds: int) -> None:
+    await memory.configure_server("s1", ServerSettings(refresh_cadence=1))
     rng = random.Random(int(os.environ.get("SHORTTERM_RACE_SEED", "31")))
-    for round_ in range(300):
-        await _race_round(mem, rng, round_)
+    for round_ in range(rounds):
+        await _race_round(memory, rng, round_)
+
+
+async def test_a_clear_racing_a_distill_wins_in_every_tier(mem: shortterm.Memory) -> None:
+    await _race(mem, 300)
+
+
+async def test_a_clear_racing_a_distill_wins_on_redis_too(
+    tmp_path: Path, shared: tuple[str, str]
+) -> None:
+    store, cache = shared
+    async with shortterm.open(store, cache, config=shortterm.Config(sweep_interval_s=0)) as memory:
+        await _race(memory, 100)
 
 
 # -- the command, as a user runs it: a shared Redis tier and the fake model as processes -----

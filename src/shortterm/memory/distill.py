@@ -19,8 +19,9 @@ Needs httpx (the ``[openai]`` extra brings it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -184,36 +185,49 @@ async def run(
         memory.health.failed("settings refresh", exc)
     gate = asyncio.Semaphore(concurrency)
     tasks: set[asyncio.Task[None]] = set()
-    seen: set[ScopeKey] = set()
-    started = 0
-    stop = asyncio.Event()
+    stop = asyncio.Event()  # a model that failed for good: start nothing more
     try:
-        async for batch in cache.scope_keys(batch=_SCAN_BATCH):
-            for key in batch:
-                if key in seen:
-                    continue
-                if stop.is_set() or report.looked >= scan_limit or started >= limit:
-                    report.capped = not stop.is_set()
+        async with contextlib.aclosing(_walk(cache, report, scan_limit)) as keys:
+            async for key in keys:
+                if stop.is_set():
                     break
-                seen.add(key)
-                report.looked += 1
                 if not await _looks_due(memory, key, report):
                     continue
-                started += 1
+                if len(tasks) >= limit:
+                    report.capped = True
+                    break
                 await gate.acquire()
-                if stop.is_set():
+                if stop.is_set():  # a call that failed while we waited for a slot
                     gate.release()
                     break
                 task = asyncio.create_task(_one(memory, key, post, report, stop, bot_name))
                 task.add_done_callback(lambda _t: gate.release())
                 tasks.add(task)
-            else:
-                continue
-            break
-    finally:
-        if tasks:
-            await asyncio.gather(*tasks)
+    except BaseException:
+        # Cancelled (the sidecar stopping) or the hot tier failed: no call outlives the run.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    await asyncio.gather(*tasks)
     return report
+
+
+async def _walk(
+    cache: ScopeLister, report: DistillReport, scan_limit: int
+) -> AsyncGenerator[ScopeKey, None]:
+    """The keys the hot tier holds, each once, at most ``scan_limit`` of them."""
+    seen: set[ScopeKey] = set()
+    async for batch in cache.scope_keys(batch=_SCAN_BATCH):
+        for key in batch:
+            if key in seen:
+                continue
+            if report.looked >= scan_limit:
+                report.capped = True
+                return
+            seen.add(key)
+            report.looked += 1
+            yield key
 
 
 def _is_live(key: ScopeKey, entry: Entry) -> bool:
