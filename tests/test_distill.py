@@ -32,6 +32,7 @@ from shortterm import (
 )
 from shortterm.memory import distill as distiller
 from tests.fake_model_process import fake_model_process
+from tests.reliability.proxy import Proxy
 from tests.support import clear_redis_prefix, service_url, with_query
 
 SERVER = ScopeKey.server("s1", "c1", None)
@@ -392,3 +393,44 @@ async def test_serve_distills_in_the_background(tmp_path: Path, shared: tuple[st
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+# -- the model's network: retries with backoff, timeouts (a loopback proxy cuts it) -----------
+
+
+async def test_a_refused_call_is_retried_and_a_silent_model_times_out(
+    tmp_path: Path, mem: shortterm.Memory
+) -> None:
+    await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
+    await _said(mem, "the ferry leaves at 7")
+    with fake_model_process(tmp_path / "requests.jsonl") as model:
+        port = int(model.url.rsplit(":", 1)[1].split("/")[0])
+        proxy = await Proxy("127.0.0.1", port).start()
+        url = f"http://127.0.0.1:{proxy.port}/v1"
+        try:
+            # Silent: a partition. The call times out, nothing is written.
+            proxy.cut("blackhole")
+            report = await shortterm.distill(mem, base_url=url, model="m", timeout_s=0.5, retries=0)
+            assert report.distilled == [] and "did not answer" in report.failed[0][1]
+            entry = await mem.get(SERVER)
+            assert entry is not None and entry.summary is None and entry.turns_since_refresh == 1
+            proxy.restore()
+            # Refused, then back: the retry (after a backoff) gets the answer.
+            proxy.cut("reset")
+            accepted = proxy.accepted
+            run = asyncio.create_task(
+                shortterm.distill(mem, base_url=url, model="m", timeout_s=30, retries=3)
+            )
+            for _ in range(3000):
+                if proxy.accepted > accepted or run.done():
+                    break
+                await asyncio.sleep(0.01)
+            proxy.restore()
+            report = await asyncio.wait_for(run, 120)
+            assert report.distilled == [SERVER], report
+            assert proxy.accepted >= accepted + 2  # the refused call and its retry
+        finally:
+            await proxy.close()
+    entry = await mem.get(SERVER)
+    assert entry is not None and entry.summary is not None
+    assert "the ferry leaves at 7" in entry.summary
