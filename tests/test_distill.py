@@ -329,42 +329,48 @@ def test_an_in_process_tier_is_named_as_the_reason(tmp_path: Path) -> None:
 # -- in the background: the sidecar's task ----------------------------------------------------
 
 
-async def test_the_background_task_never_holds_a_turn_up(mem: shortterm.Memory) -> None:
+async def test_the_background_task_never_holds_a_turn_up(
+    tmp_path: Path, mem: shortterm.Memory
+) -> None:
     await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
     await _said(mem, "first")
-    asked, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(messages: list[dict[str, str]]) -> str:
-        asked.set()
-        await release.wait()  # a model that takes as long as the test wants
-        return "Notes: after the wait"
-
-    async def forever() -> None:
-        while True:
-            await distiller.run(mem, slow)
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(forever())
-    try:
-        await asyncio.wait_for(asked.wait(), 30)
-        # The model is still thinking: turns in the same channel and elsewhere go through.
-        for i in range(20):
-            await _said(mem, f"turn {i}", channel=f"c{i % 3 + 1}")
-            t = mem.turn(user_id="u1", channel_id="c1", server_id="s1")
-            await t.context()
-        assert not release.is_set()
-        release.set()
-        for _ in range(3000):
+    with fake_model_process(tmp_path / "requests.jsonl") as model:
+        port = int(model.url.rsplit(":", 1)[1].split("/")[0])
+        proxy = await Proxy("127.0.0.1", port).start()
+        proxy.cut("blackhole")  # the model is silent for as long as the test wants
+        schedule = distiller.DistillSchedule(
+            base_url=f"http://127.0.0.1:{proxy.port}/v1", model="m", interval_s=0.05
+        )
+        reports: list[distiller.DistillReport] = []
+        task = asyncio.create_task(
+            distiller.distill_forever(mem, schedule, on_report=reports.append)
+        )
+        try:
+            for _ in range(3000):
+                if proxy.accepted:
+                    break
+                await asyncio.sleep(0.01)
+            assert proxy.accepted, "the background task never called the model"
+            # A call is in flight: turns in the same channel and elsewhere go through.
+            for i in range(20):
+                await _said(mem, f"turn {i}", channel=f"c{i % 3 + 1}")
+                await mem.turn(user_id="u1", channel_id="c1", server_id="s1").context()
             entry = await mem.get(SERVER)
-            if entry is not None and entry.summary == "Notes: after the wait":
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the background distill never landed")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+            assert entry is not None and entry.summary is None and reports == []
+            proxy.restore()  # the held call is cut; its retry reaches the model
+            for _ in range(3000):
+                entry = await mem.get(SERVER)
+                if entry is not None and entry.summary is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert entry is not None and entry.summary is not None
+            # Made from what the scope held when the call began: captures are no forgets.
+            assert "first" in entry.summary
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await proxy.close()
 
 
 async def test_serve_distills_in_the_background(tmp_path: Path, shared: tuple[str, str]) -> None:
