@@ -8,6 +8,7 @@
 """
 
 from .memory import Memory, open
+from .memory.distill import DistillReport, distill
 from .memory.turn import Turn
 from .model import (
     Category,
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "ContextItem",
+    "DistillReport",
     "Entry",
     "ExtraMissing",
     "InvalidInput",
@@ -50,6 +52,7 @@ __all__ = [
     "Turn",
     "UserSettings",
     "__version__",
+    "distill",
     "inject",
     "open",
 ]

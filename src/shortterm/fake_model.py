@@ -17,6 +17,10 @@ end to end with no network and no key, and a test can assert on what it said:
   the tool on that turn; "note that …" reaches it. The reply says when it was asked but the
   tool was not offered.)
 - **After a tool result** it answers in text and says what the tool answered.
+- **A distill request** (the system message of ``shortterm distill``): the notes are the
+  quoted lines of its "latest messages" block, oldest first, joined with ``; `` after
+  ``Notes:`` and cut to the stated limit; in category mode a JSON object whose first field
+  holds them and whose other fields are ``null``.
 
 ``POST /v1/chat/completions`` and ``GET /v1/models``. With ``stream: true`` the same answer
 comes as server-sent events: one chunk with the whole delta, one with the finish reason (and
@@ -43,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from .model.errors import ConfigError, ExtraMissing
-from .prompt.render import CONTINUE, HEADER_OPEN, QUOTE
+from .prompt.distill import DISTILLER_MARK, FIELDS_LINE
+from .prompt.render import CONTINUE, HEADER_CLOSE, HEADER_OPEN, QUOTE
 from .tool.texts import OK, TOOL_NAME
 
 try:
@@ -366,12 +371,42 @@ def _envelope(
     }
 
 
+def _distilled_lines(text: str) -> list[str]:
+    """The quoted lines under the "latest messages" header of a distill request."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith(HEADER_OPEN) and line.endswith(HEADER_CLOSE):
+            inside = "latest messages" in line
+        elif inside and line.startswith(QUOTE) and not line.startswith(CONTINUE):
+            lines.append(line[len(QUOTE) :].strip())
+    return lines
+
+
+def distill_answer(messages: Sequence[tuple[str, str]]) -> str | None:
+    """The answer to a distill request (see the module's docstring); ``None`` for any other
+    request."""
+    system = next((text for role, text in messages if role == "system"), "")
+    if not system.startswith(DISTILLER_MARK):
+        return None
+    said = _distilled_lines("\n".join(text for role, text in messages if role == "user"))
+    found = _STATED_LIMIT.search(system)
+    limit = int(found.group(1)) if found else _DEFAULT_LIMIT
+    notes = _cut("Notes: " + "; ".join(said[-_RECENT_LINES:]), limit)
+    if FIELDS_LINE not in system:
+        return notes
+    fields = re.findall(r"^- ([^:\s]+):", system.split(FIELDS_LINE, 1)[1], re.MULTILINE)
+    return json.dumps({name: (notes if i == 0 else None) for i, name in enumerate(fields)})
+
+
 def complete(body: object) -> dict[str, Any]:
     """The chat completion the fake model answers ``body`` with (a decoded request);
     ``BadRequest`` for a malformed one. Pure and deterministic."""
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
     prompt = read_prompt(body)
+    distilled = distill_answer(_messages(body))
+    if distilled is not None:
+        return _envelope(body, prompt, {"role": "assistant", "content": distilled}, "stop")
     if _wants_tool(prompt):
         assert prompt.tool is not None
         arguments = json.dumps(tool_arguments(prompt.tool, prompt.said), ensure_ascii=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shortterm.cache.base import ScopeLister
 from shortterm.model import Message, ScopeKey
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from shortterm.store.reference import ReferenceStore
@@ -185,3 +186,17 @@ async def test_stats_count_hits_misses_and_bytes(cache_factory: CacheFactory) ->
     assert stats["bytes"] >= 1000
     await cache.delete(S)
     assert cache.stats()["bytes"] == 0
+
+
+async def test_scope_keys_lists_every_held_key_in_batches(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    assert isinstance(cache, ScopeLister)
+    keys = {ScopeKey.server("g1", f"c{i}", None) for i in range(7)} | {U}
+    for key in keys:
+        await cache.capture(key, msgs("hi"), META, None, T0)
+    await cache.delete(ScopeKey.server("g1", "c0", None))
+    seen: list[ScopeKey] = []
+    async for batch in cache.scope_keys(batch=3):
+        assert batch
+        seen.extend(batch)
+    assert set(seen) == keys - {ScopeKey.server("g1", "c0", None)}

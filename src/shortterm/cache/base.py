@@ -13,14 +13,14 @@ facade re-reads that owner from the durable tier.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.fence import WriteFence
 
-__all__ = ["HotTier", "PrivateTier"]
+__all__ = ["HotTier", "PrivateTier", "ScopeLister"]
 
 
 class HotTier(Protocol):
@@ -159,3 +159,14 @@ class PrivateTier(Protocol):
     async def drop_all(self) -> int:
         """Drop every entry (not the fence's tombstones) and become incomplete; returns how
         many entries were dropped."""
+
+
+@runtime_checkable
+class ScopeLister(Protocol):
+    """A hot tier that can list the scopes it holds, a batch at a time (the distiller's
+    candidates: crude messages live in the hot tier only). Never on a turn's path."""
+
+    def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
+        """Every key the tier holds, in batches of about ``batch``; a key may come twice
+        (a tier changing meanwhile), a key written meanwhile may be missed."""
+        ...

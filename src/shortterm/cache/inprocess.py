@@ -16,7 +16,7 @@ import heapq
 import itertools
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from types import MappingProxyType
@@ -377,6 +377,13 @@ class InProcessCache:
     async def counter(self, key: ScopeKey, now: float) -> int | None:
         rec = self._entries.get(key.astuple)
         return None if rec is None or now >= rec.expires_at else rec.turns
+
+    async def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
+        """Every key held, in batches (see ``ScopeLister``): a snapshot of the keys, so a
+        change meanwhile never breaks the walk."""
+        keys = list(self._entries)
+        for start in range(0, len(keys), batch):
+            yield [ScopeKey._unchecked(*kt) for kt in keys[start : start + batch]]  # type: ignore[arg-type]
 
     def holds(self, key: ScopeKey, now: float) -> bool:
         """Whether this tier has mirrored the durable row of ``key`` and still holds it (a

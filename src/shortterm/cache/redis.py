@@ -698,6 +698,21 @@ class RedisCache:
     def stats(self) -> dict[str, int]:
         return {"entries": self._entries, "bytes": self._bytes, **self._counts}
 
+    async def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
+        """Every key held, in batches (see ``ScopeLister``): a ``ZSCAN`` of the expiry set,
+        which never blocks Redis for long; its cursor may repeat a key."""
+        batched: list[ScopeKey] = []
+        try:
+            async for name, _score in self.client.zscan_iter(f"{self.prefix}x", count=batch):
+                batched.append(key_of(cast(str, name)))
+                if len(batched) >= batch:
+                    yield batched
+                    batched = []
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"Redis scan failed: {exc}") from exc
+        if batched:
+            yield batched
+
     async def clear_prefix(self) -> int:
         """Delete every key under this prefix (tests, resets); returns how many."""
         removed = 0

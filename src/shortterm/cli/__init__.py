@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401 - registers
     bench,
+    distilling,
     fakemodel,
     forgetting,
     looking,

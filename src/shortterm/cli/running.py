@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
 import click
 
+from ..model.errors import InvalidInput
 from .app import main
 from .common import memory_options, run
+
+if TYPE_CHECKING:
+    from ..memory.distill import DistillSchedule
 
 
 @main.command()
@@ -36,7 +41,36 @@ def demo(store: str, cache: str, keep: bool) -> None:
 @click.option("--port", default=None, type=int, help="Port to listen on. [default: 8765]")
 @memory_options
 @click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
-def serve(host: str | None, port: int | None, store: str, cache: str, quickstart: bool) -> None:
+@click.option(
+    "--distill-base-url",
+    default=None,
+    help="Distill due scopes in the background "
+    "with the OpenAI-compatible model at this /v1 URL (needs --distill-model).",
+)
+@click.option("--distill-model", default=None, help="The model the distiller asks.")
+@click.option(
+    "--distill-api-key",
+    default=None,
+    help="The distiller's bearer token [default: SHORTTERM_DISTILL_API_KEY].",
+)
+@click.option(
+    "--distill-interval",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    help="Seconds between two distill runs.",
+)
+def serve(
+    host: str | None,
+    port: int | None,
+    store: str,
+    cache: str,
+    quickstart: bool,
+    distill_base_url: str | None,
+    distill_model: str | None,
+    distill_api_key: str | None,
+    distill_interval: float,
+) -> None:
     """Run the HTTP sidecar (JSON under /v1, /healthz, /readyz, /metrics, /openapi.json).
 
     On an address other than loopback it refuses to start without SHORTTERM_TOKEN, and with a
@@ -57,6 +91,7 @@ def serve(host: str | None, port: int | None, store: str, cache: str, quickstart
     settings = SidecarSettings.from_env(os.environ, host=host, port=port)
     settings.check_exposure()
     config = Config.from_env(os.environ)
+    distiller = _distiller(distill_base_url, distill_model, distill_api_key, distill_interval)
     from ..sidecar.run import run
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the server already shut down
@@ -67,7 +102,23 @@ def serve(host: str | None, port: int | None, store: str, cache: str, quickstart
             config=config,
             quickstart=quickstart,
             echo=lambda line: click.echo(line, err=True),
+            distiller=distiller,
         )
+
+
+def _distiller(
+    base_url: str | None, model: str | None, api_key: str | None, interval_s: float
+) -> DistillSchedule | None:
+    if base_url is None and model is None:
+        return None
+    if base_url is None or model is None:
+        raise InvalidInput(
+            "--distill-base-url/--distill-model", base_url or model, "both of them, or neither"
+        )
+    from ..memory.distill import DistillSchedule
+
+    key = api_key or os.environ.get("SHORTTERM_DISTILL_API_KEY") or None
+    return DistillSchedule(base_url=base_url, model=model, api_key=key, interval_s=interval_s)
 
 
 @main.command("mcp")

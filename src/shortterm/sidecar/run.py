@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from ..memory import open as open_memory
+from ..memory.distill import DistillReport, DistillSchedule, distill_forever
 from ..model.config import Config
 from ..model.errors import ConfigError
 from ..model.urls import shown_url
@@ -52,8 +54,10 @@ async def serve(
     config: Config | None = None,
     started: Callable[[str], None] | None = None,
     log_config: dict[str, Any] | None = uvicorn.config.LOGGING_CONFIG,
+    distiller: DistillSchedule | None = None,
 ) -> None:
-    """Serve until interrupted. ``started`` is called with the bound URL once listening."""
+    """Serve until interrupted. ``started`` is called with the bound URL once listening;
+    ``distiller`` runs the distiller in the background at its interval."""
     settings.check_exposure()  # before anything is opened or bound
     async with open_memory(store=store, cache=cache, config=config) as memory:
         app = create_app(memory, settings)
@@ -73,11 +77,32 @@ async def serve(
             watcher = asyncio.get_running_loop().create_task(
                 _when_started(server, settings, started)
             )
+        background = None
+        if distiller is not None:
+            background = asyncio.get_running_loop().create_task(
+                distill_forever(memory, distiller, on_report=_log_report),
+                name="shortterm-distiller",
+            )
         try:
             await server.serve()
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
+
+
+def _log_report(report: DistillReport) -> None:
+    if report.error is not None:
+        log.warning("distill run failed: %s", report.error)
+    for key, why in report.failed:
+        log.warning(
+            "distill of %s %s channel %s failed: %s", key.kind, key.owner_id, key.channel_id, why
+        )
+    if report.distilled:
+        log.info("distilled %d scope(s)", len(report.distilled))
 
 
 def check_port(settings: SidecarSettings) -> None:
@@ -120,6 +145,7 @@ def run(
     config: Config | None = None,
     quickstart: bool = False,
     echo: Callable[[str], None] = print,
+    distiller: DistillSchedule | None = None,
 ) -> None:
     """``shortterm serve``: announce the URL (and the quickstart), then serve."""
 
@@ -138,4 +164,18 @@ def run(
     warning = sharing_warning(store, cache)
     if warning is not None:
         echo(warning)
-    asyncio.run(serve(settings, store=store, cache=cache, config=config, started=started))
+    if distiller is not None:
+        echo(
+            f"distilling due scopes every {distiller.interval_s:g} s with {distiller.model} "
+            f"at {shown_url(distiller.base_url)}"
+        )
+    asyncio.run(
+        serve(
+            settings,
+            store=store,
+            cache=cache,
+            config=config,
+            started=started,
+            distiller=distiller,
+        )
+    )
