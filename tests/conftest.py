@@ -140,3 +140,25 @@ async def scale_urls() -> AsyncIterator[tuple[str, str]]:
     yield with_query(pg_url, schema=schema), with_query(redis_url, prefix=quote(prefix))
     await drop_postgres_schema(pg_url, schema)
     await clear_redis_prefix(redis_url, prefix)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A durable store URL several processes can share: a SQLite file, or a fresh PostgreSQL
+    schema (removed after the test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield with_query(pg_url, schema=schema)
+    await drop_postgres_schema(pg_url, schema)
+
+
+@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
+def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(store, cache) URLs: one process's default, and the tiers several processes share."""
+    if request.param == "sqlite+inprocess":
+        return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
+    store, cache = request.getfixturevalue("scale_urls")
+    return str(store), str(cache)

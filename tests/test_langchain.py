@@ -235,15 +235,6 @@ async def test_tool_and_system_messages_are_not_kept(memory: shortterm.Memory) -
     assert [m.content for m in await history.aget_messages()] == ["weather?", "Sunny today."]
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
-def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(store, cache) URLs: one process's default, and the tiers several processes share."""
-    if request.param == "sqlite+inprocess":
-        return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
-    store, cache = request.getfixturevalue("scale_urls")
-    return str(store), str(cache)
-
-
 async def test_a_clear_racing_the_capture_wins(
     tiers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

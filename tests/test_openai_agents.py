@@ -333,15 +333,6 @@ async def test_the_docs_snippet_runs(
     assert entry.summary == "note that the cake is in the fridge"
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
-def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(store, cache) URLs: one process's default, and the tiers several processes share."""
-    if request.param == "sqlite+inprocess":
-        return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
-    store, cache = request.getfixturevalue("scale_urls")
-    return str(store), str(cache)
-
-
 async def test_a_clear_racing_the_capture_wins(
     tiers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 import shortterm
 from shortterm import (
@@ -24,7 +22,7 @@ from shortterm import (
 from shortterm.tool import texts
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Proxy
-from tests.support import FakeClock, service_url, with_query
+from tests.support import FakeClock, with_query
 
 G, P = "g1", "p1"
 CONFIG = shortterm.Config(sweep_interval_s=0)
@@ -78,19 +76,6 @@ async def test_purged_bytes_are_gone_from_the_db_wal_and_shm_when_the_call_retur
 
 
 # -- the settings row ------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 's.db'}"
-        return
-    pg = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
-    schema = f"t_{__import__('uuid').uuid4().hex[:16]}"
-    yield with_query(pg, schema=schema)
-    from tests.support import drop_postgres_schema
-
-    await drop_postgres_schema(pg, schema)
 
 
 async def _settings_rows(memory: shortterm.Memory, user: str) -> list[object]:

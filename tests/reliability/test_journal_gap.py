@@ -19,7 +19,6 @@ import signal
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
@@ -35,17 +34,6 @@ from tests.workers import Worker
 ROUNDS = 100
 OLD_S = 8 * 86400.0  # older than the journal's retention (7 days)
 NOTIFY_S = 0.2  # PostgreSQL + in-process: a NOTIFY in flight (docs/design.md, "Following")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.db'}"
-        return
-    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    yield with_query(pg_url, schema=schema)
-    await drop_postgres_schema(pg_url, schema)
 
 
 async def _worker(store_url: str, *extra: str) -> Worker:
