@@ -167,7 +167,7 @@ class JournalFollower:
             self.head,
         )
         cache = m.cache
-        if not cache.shared and isinstance(cache, PrivateTier):
+        if isinstance(cache, PrivateTier):  # only an unshared tier is one
             now = m.clock()
             await cache.record_forget(self.head, [EVERY_TARGET], now)
             await cache.drop_all()
