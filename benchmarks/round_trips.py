@@ -1,0 +1,202 @@
+"""Round trips per sidecar route: how often a request waits on PostgreSQL and on Redis.
+
+Run on demand (not part of the test suite)::
+
+    .venv/bin/python benchmarks/round_trips.py \
+        --postgres postgresql://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
+    .venv/bin/python benchmarks/round_trips.py ... --write docs/benchmarks.md
+
+One ``shortterm serve`` process on a fresh PostgreSQL schema and Redis prefix, both reached
+through loopback relays in this process that count round trips: on each relayed connection, a
+burst the client sends after the server last answered (or first) is one round trip, so a
+pipeline of commands counts once and a query followed by its fetch counts twice. The LISTEN
+connection is left out (its heartbeat is not a request's cost). The turns are those of
+``bench_sidecar.py`` (a start, a tool call on every 5th turn, a capture; one client, one
+keep-alive connection), and the figure is the mean per route over ``--turns`` turns after a
+warm-up: the counters are read between requests, when the sidecar has nothing in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bench_sidecar import (
+    SUMMARY,
+    WARMUP,
+    Connection,
+    cleanup,
+    host_port,
+    start_server,
+    stop,
+    turn_plan,
+    with_query,
+)
+
+SECTION = "Round trips per sidecar route"
+ROUTES = ("start turn", "tool call", "capture")
+_CHUNK = 1 << 16
+_LISTEN = b"LISTEN"
+
+
+@dataclass
+class Relay:
+    """A loopback relay to one server that counts its connections' round trips."""
+
+    target: tuple[str, int]
+    round_trips: int = 0
+    _servers: list[asyncio.Server] = field(default_factory=list)
+
+    async def start(self) -> int:
+        server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        self._servers.append(server)
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        state = {"answered": True, "listen": False}
+
+        async def client_to_server() -> None:
+            while data := await reader.read(_CHUNK):
+                state["listen"] = state["listen"] or _LISTEN in data
+                if state["answered"] and not state["listen"]:
+                    self.round_trips += 1
+                state["answered"] = False
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def server_to_client() -> None:
+            while data := await up_reader.read(_CHUNK):
+                state["answered"] = True
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        try:
+            await asyncio.gather(client_to_server(), server_to_client())
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            up_writer.close()
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+
+
+def relayed(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0] + "@" if len(netloc) == 2 else ""
+    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
+
+
+def target(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 0
+
+
+async def count(url: str, pg: Relay, redis: Relay, turns: int) -> dict[str, list[int]]:
+    """Per route, the PostgreSQL and the Redis round trips of each counted request."""
+    conn = await Connection.open(*host_port(url))
+    seen: dict[str, list[int]] = {f"{route} {db}": [] for route in ROUTES for db in ("pg", "redis")}
+
+    async def timed(route: str, method: str, path: str, body: Any, counted: bool) -> bytes:
+        await asyncio.sleep(0.01)  # let background reads (the journal, sweeps) settle first
+        pg0, r0 = pg.round_trips, redis.round_trips
+        status, answer = await conn.request(method, path, body)
+        assert status in (200, 201, 204), (route, status, answer[:200])
+        if counted:
+            seen[f"{route} pg"].append(pg.round_trips - pg0)
+            seen[f"{route} redis"].append(redis.round_trips - r0)
+        return answer
+
+    rng = random.Random(42)
+    try:
+        for n in range(turns + WARMUP):
+            plan = turn_plan(rng, n)
+            plan["start"].pop("messages", None)
+            counted = n >= WARMUP
+            started = json.loads(
+                await timed("start turn", "POST", "/v1/turns", plan["start"], counted)
+            )
+            turn_id = started["turn_id"]
+            if plan["tool"]:
+                call = {"name": "update_short_term_memory", "arguments": {"summary": SUMMARY}}
+                path = f"/v1/turns/{turn_id}/tool-calls"
+                await timed("tool call", "POST", path, call, counted)
+            path = f"/v1/turns/{turn_id}/capture"
+            await timed("capture", "POST", path, plan["capture"], counted)
+    finally:
+        await conn.close()
+    return seen
+
+
+async def run(args: argparse.Namespace) -> dict[str, list[int]]:
+    pg, redis = Relay(target(args.postgres)), Relay(target(args.redis))
+    pg_port, redis_port = await pg.start(), await redis.start()
+    tag = uuid.uuid4().hex[:12]
+    store = with_query(relayed(args.postgres, pg_port), schema=f"bench_{tag}")
+    cache = with_query(relayed(args.redis, redis_port), prefix=f"bench-{tag}:")
+    with tempfile.TemporaryDirectory(), ExitStack() as stack:
+        stack.callback(cleanup, args.postgres, f"bench_{tag}", args.redis, f"bench-{tag}:")
+        proc, url = await asyncio.to_thread(start_server, store, cache)
+        try:
+            return await count(url, pg, redis, args.turns)
+        finally:
+            await asyncio.to_thread(stop, proc)  # its connections end before the relays do
+            await asyncio.sleep(0.2)
+            pg.close()
+            redis.close()
+
+
+def mean(xs: list[int]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def table(seen: dict[str, list[int]]) -> str:
+    rows = ["| route | requests | PostgreSQL | Redis |", "|---|---:|---:|---:|"]
+    for route in ROUTES:
+        pg, redis = seen[f"{route} pg"], seen[f"{route} redis"]
+        rows.append(f"| {route} | {len(pg)} | {mean(pg):.2f} | {mean(redis):.2f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--postgres", required=True, help="PostgreSQL URL")
+    parser.add_argument("--redis", required=True, help="Redis URL")
+    parser.add_argument("--turns", type=int, default=200, help="counted turns")
+    parser.add_argument("--write", default=None, help="markdown file to update")
+    args = parser.parse_args(argv)
+    seen = asyncio.run(run(args))
+    shown = ["benchmarks/round_trips.py", *(argv if argv is not None else sys.argv[1:])]
+    text = (
+        f"Command: `python {' '.join(shown)}`. Mean round trips per request through counting "
+        "loopback relays (see the script's docstring); one client, one sidecar process, "
+        f"{args.turns} turns.\n\n" + table(seen)
+    )
+    print(text)
+    if args.write is not None:
+        from pathlib import Path
+
+        from shortterm.bench.report import replace_section
+
+        replace_section(Path(args.write), SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
