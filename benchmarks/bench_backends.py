@@ -58,9 +58,14 @@ def scopes(i: int) -> tuple[ScopeKey, ScopeKey]:
     return ScopeKey.user(f"u{i % 50}", channel, "p1"), ScopeKey.server("g1", channel, "p1")
 
 
+# The durable journal's end when the run began: a fence below it is refused (the journal's
+# start may have been pruned), as a real turn's is not.
+JOURNAL_END = 0
+
+
 def fence(i: int) -> WriteFence:
     """The fence a turn's writes carry (checked where they land, as the facade does)."""
-    return WriteFence(0, f"u{i % 50}")
+    return WriteFence(JOURNAL_END, f"u{i % 50}")
 
 
 async def capture(store: Store, cache: HotTier, i: int, now: float) -> None:
@@ -197,6 +202,8 @@ def pct(samples: list[float], q: float) -> float:
 
 
 async def measure(store: Store, cache: HotTier, turns: int) -> dict[str, object]:
+    global JOURNAL_END
+    JOURNAL_END = await store.journal_head()
     now = time.time()
     for i in range(200):  # warm-up: rows exist, statements are prepared, scripts loaded
         for op in OPS.values():
@@ -235,6 +242,8 @@ async def count_round_trips(pg_url: str, redis_url: str, tag: str) -> dict[str, 
     out: dict[str, dict[str, float]] = {}
     try:
         async with shared_pair(_via(pg_url, pg_port), _via(redis_url, redis_port), tag) as (s, c):
+            global JOURNAL_END
+            JOURNAL_END = await s.journal_head()
             now = time.time()
             for i in range(20):
                 for op in OPS.values():
