@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shortterm import Category, Entry, Message, ScopeKey, ServerSettings
-from shortterm.prompt.placeholders import sanitize_placeholders
+from shortterm.model.placeholders import sanitize_placeholders
 from shortterm.prompt.render import (
     CATEGORY_NUDGE,
     END,

@@ -35,7 +35,7 @@ from ..model.text import INVISIBLE_RANGES, drop_invisible, truncate
 from ..tool.slug import slug_map
 from ..tool.spec import active_categories
 from ..tool.texts import TOOL_NAME
-from .placeholders import sanitize_placeholders
+from ..model.placeholders import sanitize_placeholders
 from .reltime import relative_time
 
 __all__ = [
