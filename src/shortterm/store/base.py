@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 from ..model.keys import ScopeKey, ScopeKind
-from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ..model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ..model.settings import ServerSettings, UserSettings
 
 # The row types live in the model (the tiers share them without importing each other);
@@ -24,6 +24,7 @@ __all__ = [
     "BufferedTouch",
     "DistilledWrite",
     "Forgotten",
+    "HydrationSource",
     "ScopeMeta",
     "ScopeRow",
     "ServerSummary",
@@ -95,6 +96,17 @@ class BatchTouch(Protocol):
 
     async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
         """The key tuples of every stored row whose private flag is set."""
+
+
+@runtime_checkable
+class HydrationSource(Protocol):
+    """An optional capability: a store that can stream hydration as plain
+    :data:`~shortterm.model.rows.HydrationRow` tuples (the open's bulk load, with no row
+    object per row); the others are read through :meth:`Store.iter_distilled`."""
+
+    def iter_hydration(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[HydrationRow]]: ...
 
 
 class Store(Protocol):
