@@ -205,18 +205,6 @@ class Store(Protocol):
         """Journal the forget and delete that one server-scope row; returns the entry's
         sequence number and 1 or 0 rows (0: there was no such row, the entry is kept)."""
 
-    async def delete_channel(self, channel_id: str) -> int:
-        """:meth:`forget_channel` at the current time; returns the scope rows deleted."""
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """:meth:`forget_user` at the current time, keeping the stored settings; returns the
-        personal scope rows deleted."""
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        """:meth:`forget_server_channel` at the current time; returns 1 or 0."""
-
     def journal_moved(self) -> bool:
         """Cheap, no I/O worth counting: False only when no other process can have journaled
         anything since the last call (True when the backend cannot tell)."""

@@ -24,7 +24,7 @@ from ...model.keys import Privacy, ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ...model.settings import ServerSettings, UserSettings
 from ..base import Forgotten
-from ..sql_common import SCOPE_COLS, key_args, user_settings
+from ..sql_common import SCOPE_COLS, key_args
 from . import journal, schema, sql
 from . import settings as settings_sql
 from .connection import Conn, Pool, first_contact, recheck
@@ -496,29 +496,6 @@ class PostgresStore:
                 f"DELETE FROM {self._t}scopes WHERE {sql.KEY_WHERE}", key_args(key)
             )
             return Forgotten(seq, cur.rowcount)
-
-    async def delete_channel(self, channel_id: str) -> int:
-        return (await self.forget_channel(channel_id, now=time.time())).rows
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
-        async with self._conn("user settings read") as conn:
-            cur = await conn.execute(
-                f"SELECT privacy, cross_server_opt_in FROM {self._t}user_settings "
-                "WHERE user_id = %s",
-                (user_id,),
-            )
-            found = await cur.fetchone()
-        keep = None if found is None else user_settings(found[0], found[1])
-        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        forgotten = await self.forget_server_channel(
-            server_id, channel_id, persona_id, now=time.time()
-        )
-        return forgotten.rows
 
     async def janitor(self, *, untouched_since: float) -> int:
         async with self._tx("janitor") as conn:

@@ -147,5 +147,3 @@ ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
     revision = s.revision + 1, updated_at = excluded.updated_at
 RETURNING {SCOPE_COLS}
 """
-
-USER_SETTINGS_OF = "SELECT privacy, cross_server_opt_in FROM user_settings WHERE user_id = ?"

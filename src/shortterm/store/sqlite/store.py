@@ -33,7 +33,7 @@ from ...model.rows import (
 from ...model.settings import ServerSettings, UserSettings
 from .. import migrations
 from ..base import BufferedTouch, Forgotten, TouchedBatch
-from ..sql_common import SCOPE_COLS, key_args, user_settings
+from ..sql_common import SCOPE_COLS, key_args
 from ..wal_watch import WalWatch
 from . import journal, sql
 from . import settings as settings_sql
@@ -511,23 +511,6 @@ class SQLiteStore:
             return seq, n
 
         return self._forget("server channel delete", apply)
-
-    async def delete_channel(self, channel_id: str) -> int:
-        return (await self.forget_channel(channel_id, now=time.time())).rows
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
-        found = self._fetch("user settings read", sql.USER_SETTINGS_OF, (user_id,))
-        keep = user_settings(*found[0]) if found else None
-        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        forgotten = await self.forget_server_channel(
-            server_id, channel_id, persona_id, now=time.time()
-        )
-        return forgotten.rows
 
     async def janitor(self, *, untouched_since: float) -> int:
         def run() -> int:
