@@ -10,19 +10,23 @@ dialect, where they are one inlined function with no hooks to call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import Category, Privacy, ScopeKey, ScopeRow, ServerSettings, UserSettings
+from ..model.rows import ServerSummary
 
 __all__ = [
     "SCOPE_COLS",
     "SERVER_COLS",
     "SERVER_READ_COLS",
+    "Statements",
     "key_args",
     "key_where",
     "put_params",
     "server_settings",
     "server_settings_values",
+    "server_summaries",
     "server_upsert",
     "user_settings",
 ]
@@ -74,6 +78,58 @@ def key_where(mark: str) -> str:
 def key_args(key: ScopeKey) -> tuple[str, str, str, str]:
     """The arguments of :func:`key_where`."""
     return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements both dialects write alike, for one table prefix and placeholder."""
+
+    load: str
+    load_owner: str
+    load_channel: str
+    rows_page: str  # keyset pages by id: (last id, limit)
+    delete_channel: str
+    delete_user_scopes: str
+    delete_user_journal: str
+    delete_user_settings: str
+    delete_key: str
+    janitor: str
+    journal_since: str
+    journal_head: str
+    private_keys: str
+
+    @classmethod
+    def of(cls, t: str, mark: str) -> Statements:
+        """``t``: the tables' prefix (a schema and a dot, or nothing); ``mark``: the
+        dialect's placeholder."""
+        select = f"SELECT {SCOPE_COLS} FROM {t}scopes WHERE"
+        return cls(
+            load=f"{select} {key_where(mark)}",
+            load_owner=f"{select} kind = {mark} AND owner_id = {mark}",
+            load_channel=f"{select} channel_id = {mark}",
+            rows_page=(
+                f"SELECT id, {SCOPE_COLS} FROM {t}scopes WHERE id > {mark} ORDER BY id LIMIT {mark}"
+            ),
+            delete_channel=f"DELETE FROM {t}scopes WHERE channel_id = {mark}",
+            delete_user_scopes=f"DELETE FROM {t}scopes WHERE kind = 'user' AND owner_id = {mark}",
+            delete_user_journal=f"DELETE FROM {t}journal WHERE subject_user = {mark}",
+            delete_user_settings=f"DELETE FROM {t}user_settings WHERE user_id = {mark}",
+            delete_key=f"DELETE FROM {t}scopes WHERE {key_where(mark)}",
+            janitor=f"DELETE FROM {t}scopes WHERE updated_at < {mark}",
+            journal_since=(
+                f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
+                f"ORDER BY seq LIMIT {mark}"
+            ),
+            journal_head=f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
+            private_keys=(
+                f"SELECT kind, owner_id, channel_id, persona_id FROM {t}scopes WHERE private"
+            ),
+        )
+
+
+def server_summaries(page: Iterable[Sequence[Any]]) -> list[ServerSummary]:
+    """A dialect's ``LIST_SERVERS`` rows (id, entries, newest, name) as summaries."""
+    return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
 
 def server_settings_values(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from ...model.fence import EVERY_TARGET
-from ..sql_common import SCOPE_COLS, key_where, server_upsert
+from ..sql_common import SCOPE_COLS, Statements, key_where, server_upsert
 
 # One upsert serves capture and tool writes alike. Metadata given as NULL means "unknown,
 # keep what is stored"; the lineage is written on every upsert that knows it (never lost to a
@@ -111,6 +111,8 @@ FENCED_UPSERT = UPSERT.replace("VALUES (", "SELECT ", 1).replace(
 assert FENCED_UPSERT.count("NOT EXISTS") == 1
 
 KEY_WHERE = key_where("?")
+COMMON = Statements.of("", "?")
+CATEGORIES_OF = f"SELECT categories FROM scopes WHERE {KEY_WHERE}"
 
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
 # which also yields the groups in order, so the scan stops after LIMIT groups. EXPLAIN QUERY
