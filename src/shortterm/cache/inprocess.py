@@ -110,7 +110,7 @@ class InProcessCache(RecordBook):
         now: float,
         fence: WriteFence | None = None,
     ) -> bool:
-        return self._capture(key, messages, meta, row, now, fence, False)
+        return self._capture((key, messages, row), meta, now, fence, False)
 
     async def capture_scopes(
         self,
@@ -122,20 +122,20 @@ class InProcessCache(RecordBook):
     ) -> int:
         stepped = step.astuple if step is not None else None
         applied = 0
-        for key, messages, row in scopes:
-            applied += self._capture(key, messages, meta, row, now, fence, key.astuple == stepped)
+        for scope in scopes:
+            applied += self._capture(scope, meta, now, fence, scope[0].astuple == stepped)
         return applied
 
     def _capture(
         self,
-        key: ScopeKey,
-        messages: tuple[Message, ...],
+        scope: tuple[ScopeKey, tuple[Message, ...], ScopeRow | None],
         meta: ScopeMeta,
-        row: ScopeRow | None,
         now: float,
         fence: WriteFence | None,
         step: bool,
     ) -> bool:
+        """One scope of a capture (its key, messages and durable row), in one step."""
+        key, messages, row = scope
         kt = key.astuple
         if fence is not None and self._tomb_head > fence.position:
             # Everything below runs without a suspension point: the check and the write are
