@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import Category, Privacy, ScopeKey, ScopeRow, ServerSettings, UserSettings
-from ..model.rows import ServerSummary
+from ..model.rows import ScopeMeta, ServerSummary
 
 __all__ = [
+    "INSERT_COLS",
+    "PUT_CONFLICT",
     "SCOPE_COLS",
     "SERVER_COLS",
     "SERVER_READ_COLS",
@@ -24,6 +26,7 @@ __all__ = [
     "key_args",
     "key_where",
     "put_params",
+    "scope_key_params",
     "server_settings",
     "server_settings_values",
     "server_summaries",
@@ -37,6 +40,24 @@ SCOPE_COLS = (
     "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
     "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
 )
+
+# The columns an upsert or an import inserts, in the order of their VALUES.
+INSERT_COLS = (
+    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
+    "categories_at, turns_since_refresh, refresh_epoch, revision, created_at, updated_at"
+)
+
+# An import's conflict clause: the row as given replaces every stored value; only the
+# revision is ours.
+PUT_CONFLICT = """ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = excluded.server_id, server_name = excluded.server_name,
+    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
+    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
+    summary = excluded.summary, summary_at = excluded.summary_at,
+    categories = excluded.categories, categories_at = excluded.categories_at,
+    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
+    revision = s.revision + 1, updated_at = excluded.updated_at"""
 
 # The server_settings columns a save writes, in the order of server_settings_values.
 SERVER_COLS = (
@@ -181,6 +202,34 @@ def server_settings(
 
 def user_settings(privacy: str, cross_server_opt_in: Any) -> UserSettings:
     return UserSettings(Privacy(privacy), bool(cross_server_opt_in))
+
+
+_UNKNOWN_META = ScopeMeta()
+
+
+def scope_key_params(
+    key: ScopeKey,
+    meta: ScopeMeta | None,
+    *,
+    text: Callable[[str | None], str | None],
+    flag: Callable[[bool], Any],
+) -> dict[str, Any]:
+    """The upserts' parameters naming one scope and its metadata. Metadata ``None`` (not
+    known) goes as NULLs, which keep what is stored; a server scope still names its server."""
+    m = meta or _UNKNOWN_META
+    known = meta is not None
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id if known else (key.owner_id if key.kind == "server" else None),
+        "server_name": text(m.server_name),
+        "channel_name": text(m.channel_name),
+        "parent": m.parent_channel_id,
+        "private": flag(m.private) if known else None,
+        "lineage": m.persona_lineage_id,
+    }
 
 
 def put_params(
