@@ -24,7 +24,7 @@ from ..model.fence import (
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
-from .inprocess_records import _EMPTY, _OWNER_SLACK, HeapItem, KeyTuple, RecordBook, _Record
+from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
 from .inprocess_records import channel_keys as _channel_keys
 
 __all__ = ["InProcessCache"]
@@ -55,7 +55,7 @@ class InProcessCache(RecordBook):
         # Hydration shares one ScopeMeta per distinct value (a channel's scopes carry the same).
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
 
-    def _mirror(self, rec: _Record, row: ScopeRow) -> None:
+    def _mirror(self, rec: Record, row: ScopeRow) -> None:
         rec.meta = row.meta
         rec.summary = row.summary
         rec.summary_at = row.summary_at
@@ -146,7 +146,7 @@ class InProcessCache(RecordBook):
             messages = self._without_forgotten_authors(messages, fence)
         rec = self._entries.get(kt)
         if rec is None:
-            rec = _Record(key, meta)
+            rec = Record(key, meta)
             self._insert(kt, rec)
         elif row is not None and row.revision < rec.revision:
             return False  # a newer write of this scope already landed
@@ -230,7 +230,7 @@ class InProcessCache(RecordBook):
             kt = row.key.astuple
             rec = entries.get(kt)
             if rec is None:
-                rec = _Record(row.key, row.meta)
+                rec = Record(row.key, row.meta)
                 self._insert(kt, rec)
             elif row.revision <= rec.revision:
                 continue  # older revisions never win
@@ -240,7 +240,7 @@ class InProcessCache(RecordBook):
             self._enforce_bounds(kt)
 
     def _refresh(
-        self, kt: KeyTuple, rec: _Record, row: ScopeRow, now: float, pending: list[HeapItem]
+        self, kt: KeyTuple, rec: Record, row: ScopeRow, now: float, pending: list[HeapItem]
     ) -> None:
         """Mirror a newer durable row into a cached record, keeping its messages."""
         self._entries.move_to_end(kt)
@@ -276,7 +276,7 @@ class InProcessCache(RecordBook):
             meta = metas.get(parts)
             if meta is None:
                 meta = metas[parts] = ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9])
-            rec = _Record(kt, meta, r[10], r[11], r[12] or _EMPTY, r[13], r[14], r[15], now)
+            rec = Record(kt, meta, r[10], r[11], r[12] or NO_CATEGORIES, r[13], r[14], r[15], now)
             insert(kt, rec)
             reschedule(kt, rec, pending)
         if len(metas) > 65536:
@@ -321,7 +321,7 @@ class InProcessCache(RecordBook):
         complete = self._complete_owners
         complete[owner] = None
         complete.move_to_end(owner)
-        if len(complete) > len(self._entries) + _OWNER_SLACK:
+        if len(complete) > len(self._entries) + OWNER_SLACK:
             complete.popitem(last=False)  # that owner is simply re-read once more
 
     async def delete(self, key: ScopeKey) -> bool:

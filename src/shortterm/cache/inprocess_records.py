@@ -21,7 +21,16 @@ from types import MappingProxyType
 
 from ..model import Entry, Message, ScopeKey, ScopeMeta
 
-__all__ = ["KeyTuple", "Owner", "RecordBook", "channel_keys"]
+__all__ = [
+    "NO_CATEGORIES",
+    "OWNER_SLACK",
+    "HeapItem",
+    "KeyTuple",
+    "Owner",
+    "Record",
+    "RecordBook",
+    "channel_keys",
+]
 
 KeyTuple = tuple[str, str, str, str | None]
 Owner = tuple[str, str]
@@ -38,13 +47,13 @@ _INF = float("inf")
 _AUTHOR_LIST_MAX = 1024  # records an author's index list may stand for before it is a set
 # Owners tracked for completeness, beyond one per cached entry: enough for a burst of new
 # users, without letting a flood of distinct owners grow memory past the tier's ceilings.
-_OWNER_SLACK = 1024
+OWNER_SLACK = 1024
 _author = attrgetter("author_id")
 _content = attrgetter("content")
-_EMPTY: Mapping[str, str] = MappingProxyType({})
+NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
-class _Record:
+class Record:
     """One cached scope. Mutable and private: readers only ever see :class:`Entry` views."""
 
     __slots__ = (
@@ -71,7 +80,7 @@ class _Record:
         meta: ScopeMeta,
         summary: str | None = None,
         summary_at: float | None = None,
-        categories: Mapping[str, str] = _EMPTY,
+        categories: Mapping[str, str] = NO_CATEGORIES,
         categories_at: float | None = None,
         turns: int = 0,
         revision: int = 0,
@@ -103,7 +112,7 @@ class _Record:
         return key
 
 
-def _size(rec: _Record, message_chars: int | None = None) -> int:
+def _size(rec: Record, message_chars: int | None = None) -> int:
     """The record's estimated resident bytes (see ``_RECORD_BYTES``); ``message_chars``, the
     length of its messages' texts, when the caller already has it."""
     messages = rec.messages
@@ -130,10 +139,10 @@ class RecordBook:
         self.summary_ttl_s = summary_ttl_s
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[KeyTuple, _Record] = OrderedDict()
+        self._entries: OrderedDict[KeyTuple, Record] = OrderedDict()
         # Owner → its records (not just keys): the read path walks an owner's records on every
         # turn, and a key lookup per record would hash each key tuple again.
-        self._by_owner: dict[Owner, dict[KeyTuple, _Record]] = {}
+        self._by_owner: dict[Owner, dict[KeyTuple, Record]] = {}
         # A channel with one scope maps to its bare key tuple: a set of one costs ~200 bytes.
         self._by_channel: dict[str, KeyTuple | set[KeyTuple]] = {}
         # Author -> the keys of the records holding their messages, as a list that may also
@@ -161,7 +170,7 @@ class RecordBook:
 
     # -- the expiry rule ------------------------------------------------------------------
 
-    def _deadlines(self, rec: _Record) -> tuple[float, float, float]:
+    def _deadlines(self, rec: Record) -> tuple[float, float, float]:
         """When the record's messages, summary and categories stop being live: each is live
         before its deadline; a value it does not hold has ``-inf``. Messages live
         ``crude_ttl_s`` after the last capture, summary and categories ``summary_ttl_s``
@@ -175,7 +184,7 @@ class RecordBook:
             categories = rec.categories_at + self.summary_ttl_s
         return messages, summary, categories
 
-    def _view(self, rec: _Record, now: float) -> Entry | None:
+    def _view(self, rec: Record, now: float) -> Entry | None:
         if rec.view is not None and now < rec.view_until:
             return rec.view
         messages_until, summary_until, categories_until = self._deadlines(rec)
@@ -211,9 +220,7 @@ class RecordBook:
         rec.view_until = until
         return rec.view
 
-    def _reschedule(
-        self, kt: KeyTuple, rec: _Record, pending: list[HeapItem] | None = None
-    ) -> None:
+    def _reschedule(self, kt: KeyTuple, rec: Record, pending: list[HeapItem] | None = None) -> None:
         """Put the record on the heap at its latest deadline (a record with no live value
         still mirrors the durable counter for ``crude_ttl_s`` after it was touched). With
         ``pending``, the item goes there for the caller to push with a whole batch."""
@@ -250,7 +257,7 @@ class RecordBook:
 
     # -- adding and removing records ------------------------------------------------------
 
-    def _insert(self, kt: KeyTuple, rec: _Record) -> None:
+    def _insert(self, kt: KeyTuple, rec: Record) -> None:
         """Add a new record to the dict and the owner and channel indexes (its messages are
         indexed by :meth:`_set_messages`), and count its size."""
         self._entries[kt] = rec
@@ -291,7 +298,7 @@ class RecordBook:
             self._complete = False
             if not self._owners_ok:
                 self._complete_owners.pop(owner, None)
-            elif len(self._incomplete) < len(self._entries) + _OWNER_SLACK:
+            elif len(self._incomplete) < len(self._entries) + OWNER_SLACK:
                 self._incomplete.add(owner)
             else:
                 # Remembering every evicted owner would grow without bound under a flood of
@@ -312,12 +319,12 @@ class RecordBook:
 
     # -- changing a record ----------------------------------------------------------------
 
-    def _resize(self, rec: _Record) -> None:
+    def _resize(self, rec: Record) -> None:
         size = _size(rec)
         self._bytes += size - rec.size
         rec.size = size
 
-    def _set_messages(self, kt: KeyTuple, rec: _Record, messages: tuple[Message, ...]) -> None:
+    def _set_messages(self, kt: KeyTuple, rec: Record, messages: tuple[Message, ...]) -> None:
         """Replace the record's messages, keeping the author index and its size in step."""
         old = rec.messages
         rec.messages = messages  # first: a compaction below checks the record's new messages
