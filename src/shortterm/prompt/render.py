@@ -89,6 +89,8 @@ def category_labels(settings: ServerSettings) -> dict[str, str] | None:
     A single category labelled "summary" is summary mode (the form a settings screen saves
     when nothing was configured). Read it, never change it: one map serves every turn of
     equal settings."""
+    if not settings.categories:
+        return None  # summary mode, the default: nothing to look up
     return _labels(active_categories(settings, len(settings.categories)))
 
 
