@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import redis.asyncio as aioredis
 
 import shortterm
 from shortterm.cache.base import HotTier
@@ -162,3 +163,40 @@ def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
         return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
     store, cache = request.getfixturevalue("scale_urls")
     return str(store), str(cache)
+
+
+# -- services: a private PostgreSQL schema and Redis prefix per test, removed after it --------
+
+
+@pytest.fixture
+def pg_url() -> str:
+    return service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+
+
+@pytest.fixture
+async def schema(pg_url: str) -> AsyncIterator[str]:
+    """A PostgreSQL schema name of this test's own (dropped after it)."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield name
+    await drop_postgres_schema(pg_url, name)
+
+
+@pytest.fixture
+async def prefix(redis_url: str) -> AsyncIterator[str]:
+    """A Redis key prefix of this test's own (its keys deleted after it)."""
+    name = f"stm-test:{uuid.uuid4().hex[:16]}:"
+    yield name
+    await clear_redis_prefix(redis_url, name)
+
+
+@pytest.fixture
+async def admin(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A plain Redis client, for a test to look at or change the server directly."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()

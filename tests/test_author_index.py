@@ -7,7 +7,7 @@ import random
 import pytest
 
 from shortterm import Message, ScopeKey
-from shortterm.cache import inprocess
+from shortterm.cache import inprocess_records
 from shortterm.cache.inprocess import InProcessCache
 from shortterm.model.rows import ScopeMeta
 from tests.support import T0
@@ -38,7 +38,7 @@ async def test_author_index_stays_complete_and_bounded_under_churn(
     """Hundreds of random captures (authors joining and leaving records), evictions and
     scrubs; after each, every record holding an author is indexed under them, and a scrub
     leaves none of their messages anywhere."""
-    monkeypatch.setattr(inprocess, "_AUTHOR_LIST_MAX", list_max)
+    monkeypatch.setattr(inprocess_records, "_AUTHOR_LIST_MAX", list_max)
     rng = random.Random(5)
     for _round in range(20):
         cache = InProcessCache(

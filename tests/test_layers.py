@@ -63,3 +63,22 @@ def test_no_module_imports_from_a_lower_layer() -> None:
             if folder in LAYER and LAYER[folder] > LAYER[own]:
                 upward.append(f"{path.relative_to(ROOT)} imports shortterm.{folder}")
     assert upward == []
+
+
+# Same-layer folders that must not know each other, and the one way a pair may go:
+# (importer, imported) pairs that are forbidden.
+FORBIDDEN = {
+    ("store", "cache"),
+    ("cache", "store"),
+    ("tool", "prompt"),  # prompt may use tool (its name, slugs, categories), never back
+}
+
+
+def test_no_forbidden_same_layer_import() -> None:
+    crossing = []
+    for path in sorted(ROOT.rglob("*.py")):
+        own = path.relative_to(ROOT).parts[0]
+        for folder in _imported_folders(path):
+            if (own, folder) in FORBIDDEN:
+                crossing.append(f"{path.relative_to(ROOT)} imports shortterm.{folder}")
+    assert crossing == []

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shortterm.prompt.placeholders import expand_identity, sanitize_placeholders
+from shortterm.model.placeholders import expand_identity, sanitize_placeholders
 
 _SHAPE = re.compile(r"\{+\w+\}+")
 _IDENTITY = re.compile(r"\{\{?(user|bot|char|user_formatted|user_term)\}\}?", re.IGNORECASE)

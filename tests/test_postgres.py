@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -18,23 +17,11 @@ from shortterm.store import migrations
 from shortterm.store.base import DistilledWrite, ScopeMeta
 from shortterm.store.postgres import PostgresStore
 from shortterm.store.reference import ReferenceStore
-from tests.support import T0, FakeClock, drop_postgres_schema, service_url, with_query
+from tests.support import T0, FakeClock, drop_postgres_schema, with_query
 
 S = ScopeKey.server("g1", "c1", "p1")
 META = ScopeMeta(server_id="g1", server_name="Guild", channel_name="general")
 POLL_S, POLL_LIMIT = 0.02, 250  # bounded waits for the server to act on a signal
-
-
-@pytest.fixture
-def pg_url() -> str:
-    return service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
-
-
-@pytest.fixture
-async def schema(pg_url: str) -> AsyncIterator[str]:
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    yield name
-    await drop_postgres_schema(pg_url, name)
 
 
 async def _admin(url: str) -> psycopg.AsyncConnection[tuple[object, ...]]:

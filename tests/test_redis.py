@@ -19,7 +19,7 @@ from shortterm.model.config import Config
 from shortterm.model.errors import ConfigError, StoreUnavailable
 from shortterm.store.base import DistilledWrite, ScopeMeta
 from shortterm.store.reference import ReferenceStore
-from tests.support import T0, FakeClock, clear_redis_prefix, service_url, with_query
+from tests.support import T0, FakeClock, with_query
 
 META = ScopeMeta(server_id="g1", channel_name="general")
 S = ScopeKey.server("g1", "c1", "p1")
@@ -31,25 +31,6 @@ Opener = Callable[..., Awaitable[RedisCache]]
 
 def msgs(*texts: str, author: str = "u1", at: float = T0) -> tuple[Message, ...]:
     return tuple(Message("user", t, author_id=author, at=at) for t in texts)
-
-
-@pytest.fixture
-def redis_url() -> str:
-    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
-
-
-@pytest.fixture
-async def admin(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def prefix(redis_url: str) -> AsyncIterator[str]:
-    name = f"stm-test:{uuid.uuid4().hex[:16]}:"
-    yield name
-    await clear_redis_prefix(redis_url, name)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from shortterm.model.fence import (
     server_channel_target,
     user_target,
 )
-from tests.support import T0, clear_redis_prefix, service_url, with_query
+from tests.support import T0, clear_redis_prefix, with_query
 
 CFG = Config()
 GUILD = ScopeMeta(server_id="g1", server_name="Guild", channel_name="general")
@@ -60,18 +60,6 @@ def row(key: ScopeKey, revision: int, meta: ScopeMeta = GUILD, counter: int = 0)
         turns_since_refresh=counter,
         revision=revision,
     )
-
-
-@pytest.fixture
-def redis_url() -> str:
-    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
-
-
-@pytest.fixture
-async def admin(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -171,14 +171,14 @@ async def test_deletes_remove_exactly_their_rows(store_factory: StoreFactory) ->
         (server_elsewhere, GUILD),
     ]
     await store.touch(everything, increment=None, now=T0)
-    assert await store.delete_server_channel("g1", "c1", "p2") == 1
+    assert (await store.forget_server_channel("g1", "c1", "p2", now=T0)).rows == 1
     assert await store.load(other_persona) is None and await store.load(S) is not None
-    assert await store.delete_channel("c1") == 2
+    assert (await store.forget_channel("c1", now=T0)).rows == 2
     assert await store.load(U) is None and await store.load(S) is None
-    assert await store.delete_user_scopes("u1") == 1
+    assert (await store.forget_user("u1", keep=None, now=T0)).rows == 1
     assert await store.load(elsewhere) is None
     assert await store.load(server_elsewhere) is not None
-    assert await store.delete_channel("c1") == 0
+    assert (await store.forget_channel("c1", now=T0)).rows == 0
 
 
 async def test_janitor_deletes_rows_untouched_since_the_cutoff(store_factory: StoreFactory) -> None:
@@ -415,9 +415,9 @@ async def test_list_servers_follows_deletions(store_factory: StoreFactory) -> No
         return {s.server_id: s.entries for s in await store.list_servers(after=None, limit=10)}
 
     assert await counts() == {"g1": 2, "g2": 1, "g3": 1}
-    assert await store.delete_server_channel("g1", "c2", "p1") == 1
+    assert (await store.forget_server_channel("g1", "c2", "p1", now=T0)).rows == 1
     assert await counts() == {"g1": 1, "g2": 1, "g3": 1}
-    assert await store.delete_channel("c1") == 2
+    assert (await store.forget_channel("c1", now=T0)).rows == 2
     assert await counts() == {"g3": 1}
     await store.touch([(keys[2], named("g2", "Back"))], increment=None, now=T0 + 200)
     assert await counts() == {"g2": 1, "g3": 1}

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shortterm.model.text import INVISIBLE_RANGES
-from shortterm.prompt.render import _lead, quote_lines
+from shortterm.prompt.quote import quote_lead as _lead
+from shortterm.prompt.quote import quote_lines
 
 ALL = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
 DEFAULT_IGNORABLE = frozenset(regex.findall(r"\p{Default_Ignorable_Code_Point}", ALL))

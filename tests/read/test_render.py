@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shortterm import Category, Entry, Message, ScopeKey, ServerSettings
-from shortterm.prompt.placeholders import sanitize_placeholders
+from shortterm.model.placeholders import sanitize_placeholders
+from shortterm.prompt.quote import _quote_lines_slow
+from shortterm.prompt.quote import quote_lead as _lead
 from shortterm.prompt.render import (
     CATEGORY_NUDGE,
     END,
@@ -18,8 +20,6 @@ from shortterm.prompt.render import (
     QUOTE,
     SUMMARY_NUDGE,
     Recollection,
-    _lead,
-    _quote_lines_slow,
     category_labels,
     describe,
     distilled_section,
@@ -394,17 +394,37 @@ def test_the_ascii_name_check_agrees_with_the_patterns() -> None:
     import random
     import string
 
-    from shortterm.prompt import render
+    from shortterm.prompt import quote
 
     def by_patterns(name: str) -> bool:
-        return render._plain(name) and render._PLAIN_NAME.fullmatch(name) is not None
+        return quote._plain(name) and quote._PLAIN_NAME.fullmatch(name) is not None
 
     rng = random.Random(11)
     alphabet = string.printable + "  "
     for _ in range(20_000):
         name = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12)))
-        assert render._plain_ascii_name(name) == by_patterns(name), repr(name)
-        lead = render._lead(name)
+        assert quote._plain_ascii_name(name) == by_patterns(name), repr(name)
+        lead = quote.quote_lead(name)
         if by_patterns(name) and len(name) <= 64:
-            quoted = render._ROLE_NAME.fullmatch(name) is not None
+            quoted = quote._ROLE_NAME.fullmatch(name) is not None
             assert lead == (f'"{name}"' if quoted else name), repr(name)
+
+
+def test_the_estimate_by_known_sizes_trims_as_counting_the_text_does() -> None:
+    """The default estimate is summed from each piece's size, never from the joined text;
+    any other counter counts the text. Both must trim the same pieces at every budget."""
+
+    def by_text(text: str) -> int:
+        return estimate_tokens(text)
+
+    section = distilled_section(entry(summary="live summary é", summary_at=NOW), None)
+    for budget in range(0, 400, 3):
+        results = []
+        for count in (estimate_tokens, by_text):
+            recs = _recs()
+            texts = fit(
+                recs, section, bot_name="T", now=NOW, nudge="n", max_tokens=budget,
+                count_tokens=count,
+            )  # fmt: skip
+            results.append((texts, [[s.text for s in r.sections] for r in recs]))
+        assert results[0] == results[1], budget

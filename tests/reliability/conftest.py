@@ -3,38 +3,12 @@ after each test), and loopback proxies in front of the real servers that a test 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from tests.reliability.proxy import Proxy
-from tests.support import clear_redis_prefix, drop_postgres_schema, service_url
-
-
-@pytest.fixture
-def pg_url() -> str:
-    return service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
-
-
-@pytest.fixture
-def redis_url() -> str:
-    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
-
-
-@pytest.fixture
-async def schema(pg_url: str) -> AsyncIterator[str]:
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    yield name
-    await drop_postgres_schema(pg_url, name)
-
-
-@pytest.fixture
-async def prefix(redis_url: str) -> AsyncIterator[str]:
-    name = f"stm-test:{uuid.uuid4().hex[:16]}:"
-    yield name
-    await clear_redis_prefix(redis_url, name)
 
 
 def _target(url: str, default_port: int) -> tuple[str, int]:

@@ -14,7 +14,7 @@ import sqlite3
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
@@ -154,6 +154,12 @@ def _timed(samples: list[int], fn: Callable[..., object], *args: Any) -> None:
     samples.append(time.perf_counter_ns() - start)
 
 
+async def _awaited(samples: list[int], fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+    start = time.perf_counter_ns()
+    await fn(*args)
+    samples.append(time.perf_counter_ns() - start)
+
+
 async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     res = CoreResults(live)
     cfg = Config(sweep_interval_s=0, max_entries=live * 2 + 100_000)
@@ -219,9 +225,7 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     for t in turns:
         _timed(floor_ctx, floor.context, t)
         turn = in_memory.turn(**t, user_message="what is the plan?", bot_name="Tomo")
-        start = time.perf_counter_ns()
-        await turn.context()
-        ctx_ns.append(time.perf_counter_ns() - start)
+        await _awaited(ctx_ns, turn.context)
     res.timings["floor context"] = summarize("floor context", floor_ctx)
     res.timings["context"] = summarize("context", ctx_ns)
 
@@ -232,9 +236,7 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     res.timings["floor get"] = summarize("floor get", floor_get)
     get_ns: list[int] = []
     for k in live_keys:
-        start = time.perf_counter_ns()
-        await in_memory.get(k)
-        get_ns.append(time.perf_counter_ns() - start)
+        await _awaited(get_ns, in_memory.get, k)
     res.timings["get"] = summarize("get", get_ns)
 
     # Clears touch only the k entries they own: their cost must not depend on `live`.
@@ -242,17 +244,13 @@ async def _measure_size(live: int, ops: int, tmp: Path) -> CoreResults:
     channels = sorted({t["channel_id"] for t in turns})[:200]
     clear_user_ns: list[int] = []
     for u in users:
-        start = time.perf_counter_ns()
-        await in_memory.clear_user(u)
-        clear_user_ns.append(time.perf_counter_ns() - start)
+        await _awaited(clear_user_ns, in_memory.clear_user, u)
     res.timings["clear_user"] = summarize("clear_user", clear_user_ns)
     clear_channel_ns: list[int] = []
     floor_clear_ns: list[int] = []
     for c in channels:
         _timed(floor_clear_ns, floor.clear_channel, c)
-        start = time.perf_counter_ns()
-        await in_memory.clear_channel(c)
-        clear_channel_ns.append(time.perf_counter_ns() - start)
+        await _awaited(clear_channel_ns, in_memory.clear_channel, c)
     res.timings["floor clear_channel"] = summarize("floor clear_channel", floor_clear_ns)
     res.timings["clear_channel"] = summarize("clear_channel", clear_channel_ns)
     res.notes["entries_after"] = float(cache.stats()["entries"])

@@ -19,8 +19,9 @@ from typing import Protocol, runtime_checkable
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.fence import WriteFence
+from ..model.rows import HydrationRow
 
-__all__ = ["HotTier", "PrivateTier", "ScopeLister"]
+__all__ = ["HoldsScopes", "HotTier", "HydrationSink", "PrivateTier", "ScopeLister"]
 
 
 class HotTier(Protocol):
@@ -169,4 +170,27 @@ class ScopeLister(Protocol):
     def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
         """Every key the tier holds, in batches of about ``batch``; a key may come twice
         (a tier changing meanwhile), a key written meanwhile may be missed."""
+        ...
+
+
+@runtime_checkable
+class HydrationSink(Protocol):
+    """A hot tier that can build its entries straight from plain
+    :data:`~shortterm.model.rows.HydrationRow` tuples (paired with a store that is a
+    ``HydrationSource``); the others are given rows through :meth:`HotTier.apply_rows`."""
+
+    async def apply_hydration(
+        self, rows: Sequence[HydrationRow], now: float, fence: WriteFence | None = None
+    ) -> None:
+        """:meth:`HotTier.apply_rows` for rows as plain tuples."""
+        ...
+
+
+@runtime_checkable
+class HoldsScopes(Protocol):
+    """A hot tier that can say, without I/O, whether it mirrors a scope's durable state
+    (what lets a capture defer its durable part: a write-behind)."""
+
+    def holds(self, key: ScopeKey, now: float) -> bool:
+        """Whether the tier holds a live record of ``key`` mirroring its durable row."""
         ...

@@ -8,61 +8,53 @@ from pathlib import Path
 import click
 
 from .app import main
+from .common import shown_option
 
 
 def _sizes(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",") if part.strip()]
 
 
+# A file option names a file, never a folder.
+_file = click.Path(dir_okay=False, path_type=Path)
+
+
 @main.command()
-@click.option(
+@shown_option(
     "--entries",
     default="10000,1000000",
-    show_default=True,
     help="Comma-separated live-entry counts to measure operations at.",
 )
-@click.option("--ops", default=20_000, show_default=True, help="Operations measured per size.")
-@click.option(
-    "--turns",
-    default=200_000,
-    show_default=True,
-    help="Full chat-day turns on the embedded default.",
-)
-@click.option(
+@shown_option("--ops", default=20_000, help="Operations measured per size.")
+@shown_option("--turns", default=200_000, help="Full chat-day turns on the embedded default.")
+@shown_option(
     "--hydrate",
     default="100000,1000000",
-    show_default=True,
     help="Comma-separated row counts for the hydration measurement.",
 )
-@click.option(
+@shown_option(
     "--memory-entries",
     default=200_000,
-    show_default=True,
     help="Entries of 10 unique messages for the bytes-per-entry measurement.",
 )
-@click.option(
+@shown_option(
     "--peers/--no-peers",
     default=True,
-    show_default=True,
     help="Also time the peers that are installed (pip install 'shortterm[bench]').",
 )
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke run in seconds.")
 @click.option(
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_file,
     default=None,
     help="Markdown file whose chat-day section is replaced with the results.",
 )
 @click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write every figure as JSON.",
+    "--json", "json_path", type=_file, default=None, help="Also write every figure as JSON."
 )
 @click.option(
     "--plot",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_file,
     default=None,
     help="PNG of per-operation latency against live entries (needs matplotlib).",
 )

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+# An option whose default --help shows.
+shown_option = functools.partial(click.option, show_default=True)
+
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)

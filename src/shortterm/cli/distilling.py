@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .app import EXIT_UNAVAILABLE, main
-from .common import memory_for, memory_options, run
+from .common import memory_for, memory_options, run, shown_option
 
 if TYPE_CHECKING:
     from ..memory.distill import DistillReport
@@ -30,23 +30,21 @@ _NOT_SHARED = (
     default=None,
     help="Sent as a bearer token [default: SHORTTERM_DISTILL_API_KEY, else none].",
 )
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option(
+@shown_option("--concurrency", type=click.IntRange(1, 64), default=4)
+@shown_option(
     "--limit",
     type=click.IntRange(min=1),
     default=100,
-    show_default=True,
     help="At most this many model calls in one run.",
 )
-@click.option(
+@shown_option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0.1),
     default=60.0,
-    show_default=True,
     help="Seconds to wait for one answer.",
 )
-@click.option("--retries", type=click.IntRange(0, 10), default=2, show_default=True)
+@shown_option("--retries", type=click.IntRange(0, 10), default=2)
 def distill(
     store: str,
     cache: str,

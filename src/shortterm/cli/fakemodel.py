@@ -8,13 +8,12 @@ from pathlib import Path
 import click
 
 from .app import main
+from .common import shown_option
 
 
 @main.command("fake-model")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port", default=8800, show_default=True, type=int, help="Port to listen on (0: a free one)."
-)
+@shown_option("--host", default="127.0.0.1", help="Address to listen on.")
+@shown_option("--port", default=8800, type=int, help="Port to listen on (0: a free one).")
 @click.option(
     "--log-requests",
     type=click.Path(dir_okay=False, path_type=Path),

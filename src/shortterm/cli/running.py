@@ -10,17 +10,15 @@ import click
 
 from ..model.errors import InvalidInput
 from .app import main
-from .common import memory_options, run
+from .common import memory_options, run, shown_option
 
 if TYPE_CHECKING:
     from ..memory.distill import DistillSchedule
 
 
 @main.command()
-@click.option(
-    "--store", default="sqlite:///shortterm-demo.db", show_default=True, help="Durable tier URL."
-)
-@click.option("--cache", default="memory://", show_default=True, help="Hot tier URL.")
+@shown_option("--store", default="sqlite:///shortterm-demo.db", help="Durable tier URL.")
+@shown_option("--cache", default="memory://", help="Hot tier URL.")
 @click.option("--keep", is_flag=True, help="Keep the demo database instead of starting fresh.")
 def demo(store: str, cache: str, keep: bool) -> None:
     """Run a scripted conversation and print what is remembered.
@@ -53,11 +51,10 @@ def demo(store: str, cache: str, keep: bool) -> None:
     default=None,
     help="The distiller's bearer token [default: SHORTTERM_DISTILL_API_KEY].",
 )
-@click.option(
+@shown_option(
     "--distill-interval",
     type=click.FloatRange(min=0.1),
     default=300.0,
-    show_default=True,
     help="Seconds between two distill runs.",
 )
 def serve(
@@ -130,7 +127,7 @@ def _distiller(
 )
 @click.option("--persona-id", help="Fix the scope's persona.")
 @click.option("--persona-lineage-id", help="Recall only entries of this persona lineage.")
-@click.option("--bot-name", default="Assistant", show_default=True, help="The bot's name.")
+@shown_option("--bot-name", default="Assistant", help="The bot's name.")
 @click.option("--user-name", help="The user's display name.")
 @click.option("--server-name", help="The server's display name.")
 @click.option("--channel-name", help="The channel's display name.")

@@ -246,46 +246,22 @@ CHINESE_SIMPLIFIED = Pack(
     blockers=("了吗", "吗", "没", "了没"),
 )
 
+# Traditional characters for the simplified ones the phrases use: the two packs say the same.
+_TO_TRADITIONAL = str.maketrans(
+    "记请来这帮给别万后远里忆进写没还会吗",
+    "記請來這幫給別萬後遠裡憶進寫沒還會嗎",
+)
+
+
+def _traditional(words: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(w.translate(_TO_TRADITIONAL) for w in words)
+
+
 CHINESE_TRADITIONAL = Pack(
     locale="zh-Hant",
-    phrases=(
-        "記住",
-        "請記住",
-        "記一下",
-        "記下來",
-        "記下這",
-        "幫我記",
-        "給我記住",
-        "別忘了",
-        "別忘記",
-        "不要忘了",
-        "不要忘記",
-        "千萬別忘",
-        "以後記得",
-        "要記得",
-        "請記得",
-        "永遠記得",
-        "牢記",
-        "記在心裡",
-        "存到記憶",
-        "存進記憶",
-        "寫進記憶",
-        "加到記憶",
-        "記到記憶",
-    ),
-    exceptions=(
-        "我記住",
-        "沒記住",
-        "你還記得",
-        "我記一下",
-        "我要記得",
-        "我得記得",
-        "我會牢記",
-        "我牢記",
-        "我不要忘記",
-        "我不要忘了",
-    ),
-    blockers=("了嗎", "嗎", "沒", "了沒"),
+    phrases=_traditional(CHINESE_SIMPLIFIED.phrases),
+    exceptions=_traditional(CHINESE_SIMPLIFIED.exceptions),
+    blockers=_traditional(CHINESE_SIMPLIFIED.blockers),
 )
 
 PORTUGUESE = Pack(

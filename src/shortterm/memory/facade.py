@@ -34,7 +34,7 @@ from collections.abc import (
 from types import EllipsisType, TracebackType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
-from ..cache.base import HotTier
+from ..cache.base import HotTier, HydrationSink
 from ..model import (
     DistilledWrite,
     Entry,
@@ -59,9 +59,8 @@ from ..model.fence import (
     server_channel_target,
     user_target,
 )
-from ..model.rows import HydrationSink, HydrationSource
 from ..model.text import clean_text, truncate
-from ..store.base import BatchTouch, Forgotten, Store
+from ..store.base import BatchTouch, Forgotten, HydrationSource, Store
 from ..tool.slug import slugify
 from . import admin
 from .follower import JournalFollower

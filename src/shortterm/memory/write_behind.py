@@ -31,8 +31,9 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from ..cache.base import HoldsScopes
 from ..model import ScopeKey, ScopeMeta, ScopeRow
 from ..model.errors import StoreUnavailable
 from ..model.fence import WriteFence
@@ -48,13 +49,6 @@ log = logging.getLogger("shortterm")
 T = TypeVar("T")
 
 KeyTuple = tuple[str, str, str, str | None]
-
-
-@runtime_checkable
-class HoldsScopes(Protocol):
-    """A hot tier that can say, without I/O, whether it mirrors a scope's durable state."""
-
-    def holds(self, key: ScopeKey, now: float) -> bool: ...
 
 
 @dataclass(slots=True)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .keys import (
     ScopeKey,
 )
-
-if TYPE_CHECKING:
-    from .fence import WriteFence
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,21 +120,3 @@ def hydration_scope_row(r: HydrationRow) -> ScopeRow:
         0,
         r[15],
     )
-
-
-@runtime_checkable
-class HydrationSource(Protocol):
-    """A store that can stream hydration as :data:`HydrationRow` tuples."""
-
-    def iter_hydration(
-        self, *, since: float, batch_rows: int
-    ) -> AsyncIterator[list[HydrationRow]]: ...
-
-
-@runtime_checkable
-class HydrationSink(Protocol):
-    """A hot tier that can build its entries straight from :data:`HydrationRow` tuples."""
-
-    async def apply_hydration(
-        self, rows: Sequence[HydrationRow], now: float, fence: WriteFence | None = None
-    ) -> None: ...

@@ -58,23 +58,42 @@ def positive_seconds(options: Mapping[str, str], name: str, default: float, url:
 
 def at_least_one(options: Mapping[str, str], name: str, default: int, url: str) -> int:
     """A count (a pool size) that must be a whole number of at least 1."""
-    value = _given(options, name, url, int, "an integer")
-    if value is None:
-        return default
-    if value < 1:
-        raise ConfigError(f"{name}={options[name]!r} in {shown_url(url)!r} must be at least 1")
-    return value
+    return _checked(options, name, default, url, int, "an integer", _one_or_more, "be at least 1")
 
 
 def non_negative_number(options: Mapping[str, str], name: str, default: float, url: str) -> float:
     """A finite number of zero or more (a retry count, a margin in seconds)."""
-    value = _given(options, name, url, float, "a number")
+    return _checked(
+        options, name, default, url, float, "a number", _finite_not_negative,
+        "be a non-negative number",
+    )  # fmt: skip
+
+
+def _one_or_more(value: float) -> bool:
+    return value >= 1
+
+
+def _finite_not_negative(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
+
+
+def _checked(
+    options: Mapping[str, str],
+    name: str,
+    default: T,
+    url: str,
+    parse: Callable[[str], T],
+    noun: str,
+    allowed: Callable[[T], bool],
+    must: str,
+) -> T:
+    """The option parsed and checked (``default`` when absent): a value that does not parse
+    names ``noun``; one that is not ``allowed`` says what it ``must`` do."""
+    value = _given(options, name, url, parse, noun)
     if value is None:
         return default
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(
-            f"{name}={options[name]!r} in {shown_url(url)!r} must be a non-negative number"
-        )
+    if not allowed(value):
+        raise ConfigError(f"{name}={options[name]!r} in {shown_url(url)!r} must {must}")
     return value
 
 

@@ -6,6 +6,7 @@ turn renders), its body a pydantic model from :mod:`.schemas`, its errors mapped
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -79,10 +80,11 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
 
     # -- turns -------------------------------------------------------------------------------
 
-    @router.post(
+    turn_route = functools.partial(router.post, tags=["turns"])
+
+    @turn_route(
         "/turns",
         status_code=201,
-        tags=["turns"],
         responses=with_body,
         summary="Start a turn",
         response_model=TurnOut,
@@ -116,9 +118,8 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         body_json = out.model_dump_json(exclude_unset=True)
         return Response(body_json, status_code=201, media_type="application/json")
 
-    @router.post(
+    @turn_route(
         "/turns/{turn_id}/tool-calls",
-        tags=["turns"],
         responses=with_body_missing,
         summary="Call the tool for a turn",
     )
@@ -131,10 +132,9 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         result = await (await turns.get(turn_id)).call_tool(body.name, body.arguments)
         return ToolResultOut(ok=result.ok, message=result.message)
 
-    @router.post(
+    @turn_route(
         "/turns/{turn_id}/capture",
         status_code=204,
-        tags=["turns"],
         responses=with_body_missing,
         summary="Capture a turn",
     )

@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 from ..model.keys import ScopeKey, ScopeKind
-from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary
+from ..model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ..model.settings import ServerSettings, UserSettings
 
 # The row types live in the model (the tiers share them without importing each other);
@@ -24,6 +24,7 @@ __all__ = [
     "BufferedTouch",
     "DistilledWrite",
     "Forgotten",
+    "HydrationSource",
     "ScopeMeta",
     "ScopeRow",
     "ServerSummary",
@@ -95,6 +96,17 @@ class BatchTouch(Protocol):
 
     async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
         """The key tuples of every stored row whose private flag is set."""
+
+
+@runtime_checkable
+class HydrationSource(Protocol):
+    """An optional capability: a store that can stream hydration as plain
+    :data:`~shortterm.model.rows.HydrationRow` tuples (the open's bulk load, with no row
+    object per row); the others are read through :meth:`Store.iter_distilled`."""
+
+    def iter_hydration(
+        self, *, since: float, batch_rows: int
+    ) -> AsyncIterator[list[HydrationRow]]: ...
 
 
 class Store(Protocol):
@@ -192,18 +204,6 @@ class Store(Protocol):
     ) -> Forgotten:
         """Journal the forget and delete that one server-scope row; returns the entry's
         sequence number and 1 or 0 rows (0: there was no such row, the entry is kept)."""
-
-    async def delete_channel(self, channel_id: str) -> int:
-        """:meth:`forget_channel` at the current time; returns the scope rows deleted."""
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """:meth:`forget_user` at the current time, keeping the stored settings; returns the
-        personal scope rows deleted."""
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        """:meth:`forget_server_channel` at the current time; returns 1 or 0."""
 
     def journal_moved(self) -> bool:
         """Cheap, no I/O worth counting: False only when no other process can have journaled

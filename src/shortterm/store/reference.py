@@ -294,19 +294,6 @@ class ReferenceStore:
         seq = self._append("server_channel", [server_id, channel_id, persona_id], [target])
         return Forgotten(seq, self._delete([("server", server_id, channel_id, persona_id)]))
 
-    async def delete_channel(self, channel_id: str) -> int:
-        return (await self.forget_channel(channel_id, now=0.0)).rows
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        kept = self._users.get(user_id)
-        keep = kept[0] if kept is not None else None
-        return (await self.forget_user(user_id, keep=keep, now=kept[1] if kept else 0.0)).rows
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        return (await self.forget_server_channel(server_id, channel_id, persona_id, now=0.0)).rows
-
     async def janitor(self, *, untouched_since: float) -> int:
         return self._delete([t for t, r in self._rows.items() if r.updated_at < untouched_since])
 

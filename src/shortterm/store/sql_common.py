@@ -10,19 +10,26 @@ dialect, where they are one inlined function with no hooks to call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import Category, Privacy, ScopeKey, ScopeRow, ServerSettings, UserSettings
+from ..model.rows import ScopeMeta, ServerSummary
 
 __all__ = [
+    "INSERT_COLS",
+    "PUT_CONFLICT",
     "SCOPE_COLS",
     "SERVER_COLS",
     "SERVER_READ_COLS",
+    "Statements",
     "key_args",
     "key_where",
     "put_params",
+    "scope_key_params",
     "server_settings",
     "server_settings_values",
+    "server_summaries",
     "server_upsert",
     "user_settings",
 ]
@@ -33,6 +40,24 @@ SCOPE_COLS = (
     "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
     "categories_at, turns_since_refresh, refresh_epoch, revision, updated_at"
 )
+
+# The columns an upsert or an import inserts, in the order of their VALUES.
+INSERT_COLS = (
+    "kind, owner_id, channel_id, persona_id, server_id, server_name, channel_name, "
+    "parent_channel_id, private, persona_lineage_id, summary, summary_at, categories, "
+    "categories_at, turns_since_refresh, refresh_epoch, revision, created_at, updated_at"
+)
+
+# An import's conflict clause: the row as given replaces every stored value; only the
+# revision is ours.
+PUT_CONFLICT = """ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
+    server_id = excluded.server_id, server_name = excluded.server_name,
+    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
+    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
+    summary = excluded.summary, summary_at = excluded.summary_at,
+    categories = excluded.categories, categories_at = excluded.categories_at,
+    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
+    revision = s.revision + 1, updated_at = excluded.updated_at"""
 
 # The server_settings columns a save writes, in the order of server_settings_values.
 SERVER_COLS = (
@@ -74,6 +99,58 @@ def key_where(mark: str) -> str:
 def key_args(key: ScopeKey) -> tuple[str, str, str, str]:
     """The arguments of :func:`key_where`."""
     return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements both dialects write alike, for one table prefix and placeholder."""
+
+    load: str
+    load_owner: str
+    load_channel: str
+    rows_page: str  # keyset pages by id: (last id, limit)
+    delete_channel: str
+    delete_user_scopes: str
+    delete_user_journal: str
+    delete_user_settings: str
+    delete_key: str
+    janitor: str
+    journal_since: str
+    journal_head: str
+    private_keys: str
+
+    @classmethod
+    def of(cls, t: str, mark: str) -> Statements:
+        """``t``: the tables' prefix (a schema and a dot, or nothing); ``mark``: the
+        dialect's placeholder."""
+        select = f"SELECT {SCOPE_COLS} FROM {t}scopes WHERE"
+        return cls(
+            load=f"{select} {key_where(mark)}",
+            load_owner=f"{select} kind = {mark} AND owner_id = {mark}",
+            load_channel=f"{select} channel_id = {mark}",
+            rows_page=(
+                f"SELECT id, {SCOPE_COLS} FROM {t}scopes WHERE id > {mark} ORDER BY id LIMIT {mark}"
+            ),
+            delete_channel=f"DELETE FROM {t}scopes WHERE channel_id = {mark}",
+            delete_user_scopes=f"DELETE FROM {t}scopes WHERE kind = 'user' AND owner_id = {mark}",
+            delete_user_journal=f"DELETE FROM {t}journal WHERE subject_user = {mark}",
+            delete_user_settings=f"DELETE FROM {t}user_settings WHERE user_id = {mark}",
+            delete_key=f"DELETE FROM {t}scopes WHERE {key_where(mark)}",
+            janitor=f"DELETE FROM {t}scopes WHERE updated_at < {mark}",
+            journal_since=(
+                f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
+                f"ORDER BY seq LIMIT {mark}"
+            ),
+            journal_head=f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
+            private_keys=(
+                f"SELECT kind, owner_id, channel_id, persona_id FROM {t}scopes WHERE private"
+            ),
+        )
+
+
+def server_summaries(page: Iterable[Sequence[Any]]) -> list[ServerSummary]:
+    """A dialect's ``LIST_SERVERS`` rows (id, entries, newest, name) as summaries."""
+    return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
 
 
 def server_settings_values(
@@ -125,6 +202,34 @@ def server_settings(
 
 def user_settings(privacy: str, cross_server_opt_in: Any) -> UserSettings:
     return UserSettings(Privacy(privacy), bool(cross_server_opt_in))
+
+
+_UNKNOWN_META = ScopeMeta()
+
+
+def scope_key_params(
+    key: ScopeKey,
+    meta: ScopeMeta | None,
+    *,
+    text: Callable[[str | None], str | None],
+    flag: Callable[[bool], Any],
+) -> dict[str, Any]:
+    """The upserts' parameters naming one scope and its metadata. Metadata ``None`` (not
+    known) goes as NULLs, which keep what is stored; a server scope still names its server."""
+    m = meta or _UNKNOWN_META
+    known = meta is not None
+    return {
+        "kind": key.kind,
+        "owner": key.owner_id,
+        "channel": key.channel_id,
+        "persona": key.persona_id,
+        "server_id": m.server_id if known else (key.owner_id if key.kind == "server" else None),
+        "server_name": text(m.server_name),
+        "channel_name": text(m.channel_name),
+        "parent": m.parent_channel_id,
+        "private": flag(m.private) if known else None,
+        "lineage": m.persona_lineage_id,
+    }
 
 
 def put_params(

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import DistilledWrite
+from ..model.placeholders import sanitize_placeholders
 from ..model.text import strip_controls, truncate
-from ..prompt.placeholders import sanitize_placeholders
 from . import texts
 
 __all__ = ["Refused", "clean_note", "kind_of", "max_argument_chars", "parse_arguments"]

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from ..model import Category, ServerSettings
 from ..model.errors import InvalidInput
+from ..model.placeholders import IDENTITY_PLACEHOLDERS, expand_identity, sanitize_placeholders
 from ..model.text import strip_controls, truncate
-from ..prompt.placeholders import IDENTITY_PLACEHOLDERS, expand_identity, sanitize_placeholders
 from . import texts
 from .slug import slug_map
 

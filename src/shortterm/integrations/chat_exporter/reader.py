@@ -41,13 +41,9 @@ class ExportFormatError(InvalidInput):
         where = file if line is None else f"{file}:{line}:{column}"
         subject = f"{path}: " if path else ""
         ShortTermError.__init__(self, f"{where}: {subject}{problem}")
-        self.field = path
-        self.value = value
-        self.allowed = problem
-        self.file = file
-        self.path = path
-        self.line = line
-        self.column = column
+        # InvalidInput's fields, then where in which file.
+        self.field, self.value, self.allowed = path, value, problem
+        self.file, self.path, self.line, self.column = file, path, line, column
 
 
 class JsonStream:

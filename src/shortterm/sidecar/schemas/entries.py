@@ -39,6 +39,14 @@ def _slug_keys(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = {"type": "string"}
 
 
+def _read(source: object, model: type[BaseModel], **given: Any) -> dict[str, Any]:
+    """The fields of ``model`` read from the attributes of the same names on ``source``,
+    but those ``given``: the output models mirror the library's values field for field."""
+    return {
+        name: given[name] if name in given else getattr(source, name) for name in model.model_fields
+    }
+
+
 class MessageOut(BaseModel):
     role: Literal["user", "assistant"]
     content: str
@@ -50,15 +58,7 @@ class MessageOut(BaseModel):
 
     @classmethod
     def of(cls, m: lib.Message) -> MessageOut:
-        return cls(
-            role=m.role,
-            content=m.content,
-            author_id=m.author_id,
-            speaker=m.speaker,
-            at=m.at,
-            message_id=m.message_id,
-            privacy=m.privacy.value,
-        )
+        return cls(**_read(m, cls, privacy=m.privacy.value))
 
 
 class KeyOut(BaseModel):
@@ -120,25 +120,14 @@ class EntryOut(BaseModel):
 
     @classmethod
     def of(cls, e: lib.Entry) -> EntryOut:
-        k = e.key
         return cls(
-            key=KeyOut(
-                kind=k.kind, owner_id=k.owner_id, channel_id=k.channel_id, persona_id=k.persona_id
-            ),
-            messages=[MessageOut.of(m) for m in e.messages],
-            summary=e.summary,
-            categories=dict(e.categories),
-            turns_since_refresh=e.turns_since_refresh,
-            messages_at=e.messages_at,
-            summary_at=e.summary_at,
-            categories_at=e.categories_at,
-            updated_at=e.updated_at,
-            server_id=e.server_id,
-            server_name=e.server_name,
-            channel_name=e.channel_name,
-            parent_channel_id=e.parent_channel_id,
-            private=e.private,
-            persona_lineage_id=e.persona_lineage_id,
+            **_read(
+                e,
+                cls,
+                key=KeyOut(**_read(e.key, KeyOut)),
+                messages=[MessageOut.of(m) for m in e.messages],
+                categories=dict(e.categories),
+            )
         )
 
 
@@ -182,12 +171,7 @@ class ServerOut(BaseModel):
 
     @classmethod
     def of(cls, s: ServerSummary) -> ServerOut:
-        return cls(
-            server_id=s.server_id,
-            server_name=s.server_name,
-            entries=s.entries,
-            updated_at=s.updated_at,
-        )
+        return cls(**_read(s, cls))
 
 
 class ServersOut(BaseModel):

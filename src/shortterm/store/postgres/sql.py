@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..sql_common import SCOPE_COLS, key_where
+from ..sql_common import INSERT_COLS, PUT_CONFLICT, SCOPE_COLS, key_where
 
 SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 OWN_OPTIONS = (
@@ -34,10 +34,7 @@ _MERGED = (
 # metadata given as NULL means "unknown, keep what is stored", the lineage is written on every
 # upsert that knows it, and ``revision`` grows on every write.
 UPSERT = f"""
-INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
-    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
-    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
-    updated_at)
+INSERT INTO {{t}}scopes AS s ({INSERT_COLS})
 VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
     %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
     COALESCE(%(private)s::boolean, FALSE), %(lineage)s::text,
@@ -69,23 +66,13 @@ RETURNING {SCOPE_COLS}
 
 # Import: the row as given replaces every stored value; only the revision is ours.
 PUT = f"""
-INSERT INTO {{t}}scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
-    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
-    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
-    updated_at)
+INSERT INTO {{t}}scopes AS s ({INSERT_COLS})
 VALUES (%(kind)s::text, %(owner)s::text, %(channel)s::text, %(persona)s::text,
     %(server_id)s::text, %(server_name)s::text, %(channel_name)s::text, %(parent)s::text,
     %(private)s::boolean, %(lineage)s::text, %(summary)s::text, %(summary_at)s::float8,
     %(categories)s::jsonb, %(categories_at)s::float8, %(turns)s::int, %(epoch)s::int, 1,
     %(updated_at)s::float8, %(updated_at)s::float8)
-ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
-    server_id = excluded.server_id, server_name = excluded.server_name,
-    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
-    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
-    summary = excluded.summary, summary_at = excluded.summary_at,
-    categories = excluded.categories, categories_at = excluded.categories_at,
-    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
-    revision = s.revision + 1, updated_at = excluded.updated_at
+{PUT_CONFLICT}
 RETURNING {SCOPE_COLS}
 """
 

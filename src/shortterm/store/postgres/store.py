@@ -1,99 +1,39 @@
 """The PostgreSQL store: the Store protocol's operations over a pool.
 
-This class is the one module of the package over 500 lines: it is the protocol's two dozen
-operations, each short, and splitting them further would scatter one transaction's steps.
-The statement text lives in :mod:`.sql`, values in :mod:`.values`, connecting in
-:mod:`.connection`, the journal in :mod:`.journal`, settings in :mod:`.settings`.
+This module holds the scope rows' operations (captures, distilled writes, loads, exports,
+hydration); the pool's plumbing and the schema are in :mod:`.pooled`, the journaled
+operations (forgets, settings, journal reads) in :mod:`.journaling`. The statement text lives
+in :mod:`.sql`, values in :mod:`.values`, connecting in :mod:`.connection`, the journal in
+:mod:`.journal`, settings rows in :mod:`.settings`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ...model import fence as fencing
 from ...model import urls
-from ...model.errors import ConfigError, StoreUnavailable
-from ...model.keys import Privacy, ScopeKey, ScopeKind
+from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
-from ...model.settings import ServerSettings, UserSettings
-from ..base import Forgotten
-from ..sql_common import SCOPE_COLS, key_args, user_settings
-from . import journal, schema, sql
-from . import settings as settings_sql
-from .connection import Conn, Pool, first_contact, recheck
-from .values import (
-    clean,
-    jsonb,
-    lock_key,
-    one,
-    one_row,
-    put_row_params,
-    scope_params,
-    scope_row,
-    targets_of,
-)
+from ..sql_common import SCOPE_COLS, key_args, server_summaries
+from . import sql
+from .connection import Pool
+from .journaling import Journaling
+from .values import clean, jsonb, one, one_row, put_row_params, scope_params, scope_row, targets_of
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore:
+class PostgresStore(Journaling):
     """A durable store in PostgreSQL. Use :meth:`from_url`, or pass a pool you manage.
 
     ``pool`` must hand out connections in autocommit mode. With ``schema``, every table lives
     in that schema (created by :meth:`migrate`), so several deployments or test runs can share
     one database without seeing each other.
     """
-
-    def __init__(
-        self,
-        pool: Pool,
-        *,
-        schema: str | None = None,
-        owns_pool: bool = False,
-        operation_timeout_s: float = 30.0,
-        listen_timeout_s: float = 1.0,
-    ) -> None:
-        for name, value in (
-            ("operation_timeout_s", operation_timeout_s),
-            ("listen_timeout_s", listen_timeout_s),
-        ):
-            if not 0 < value < float("inf"):
-                raise ConfigError(f"{name}={value!r} must be a positive number of seconds")
-        if schema is not None and not sql.SCHEMA_NAME.match(schema):
-            raise ConfigError(
-                f"schema={schema!r}: use 1-63 letters, digits or underscores, not starting "
-                "with a digit"
-            )
-        self.pool = pool
-        self.schema = schema
-        self.operation_timeout_s = operation_timeout_s
-        self._owns_pool = owns_pool
-        self._first: tuple[str, dict[str, Any]] | None = None  # how to connect, for the probe
-        self._opened = False
-        self._closed = False
-        t = f'"{schema}".' if schema else ""
-        self._t = t
-        self._upsert = sql.UPSERT.format(t=t)
-        self._fenced_upsert = sql.FENCED_UPSERT.format(t=t)
-        self._fence_lock = lock_key(f"shortterm.fence:{schema or ''}")
-        self._journal_lock = lock_key(f"shortterm.journal:{schema or ''}")
-        self._channel = f"stm_{lock_key(schema or 'public') & 0xFFFFFFFFFFFF:x}"
-        self._listener = journal.JournalListener(
-            pool,
-            self._channel,
-            f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
-            timeout_s=listen_timeout_s,
-        )
-        self._put = sql.PUT.format(t=t)
-        self._multi: dict[tuple[int, bool, bool], str] = {}
-        self._lock_name = f"shortterm.migrate:{schema or ''}"
 
     @classmethod
     def from_url(cls, url: str, *, schema: str | None = None) -> PostgresStore:
@@ -137,42 +77,6 @@ class PostgresStore:
         return store
 
     # -- plumbing -------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _conn(self, what: str) -> AsyncIterator[Conn]:
-        if self._closed:
-            raise StoreUnavailable("PostgreSQL store is closed")
-        sent = False  # once the caller has the connection, a failure is ambiguous
-        try:
-            # The bound covers the caller's statements too: they run while we are suspended
-            # at the yield, in the same task.
-            async with asyncio.timeout(self.operation_timeout_s):
-                if not self._opened and self._owns_pool:
-                    if self._first is not None:
-                        await first_contact(*self._first, what)
-                    await self.pool.open(wait=True, timeout=self.pool.timeout)
-                    self._opened = True
-                async with self.pool.connection() as conn:
-                    sent = True
-                    yield conn
-        except TimeoutError as exc:
-            raise StoreUnavailable(
-                f"PostgreSQL {what} got no answer within {self.operation_timeout_s:g} s "
-                "(operation_timeout_s)",
-                maybe_applied=sent,
-            ) from exc
-        except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                await recheck(self.pool)
-            raise StoreUnavailable(
-                f"PostgreSQL {what} failed: {exc}",
-                maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
-            ) from exc
-
-    @asynccontextmanager
-    async def _tx(self, what: str) -> AsyncIterator[Conn]:
-        async with self._conn(what) as conn, conn.transaction():
-            yield conn
 
     def _multi_upsert(self, n: int, *, fenced: bool = False, journaled: bool = False) -> str:
         """:func:`sql.multi_upsert` for this schema, built once per shape."""
@@ -243,31 +147,6 @@ class PostgresStore:
             return [r for r in rows if r is not None]
         return [one_row(r) for r in rows]
 
-    @asynccontextmanager
-    async def _forget_tx(self, what: str) -> AsyncIterator[Conn]:
-        """A transaction holding the fence lock exclusively (no fenced write is in flight
-        while it runs) and the journal lock (sequence numbers commit in order)."""
-        async with self._tx(what) as conn:
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s::bigint), pg_advisory_xact_lock(%s::bigint)",
-                (self._fence_lock, self._journal_lock),
-            )
-            yield conn
-            await conn.execute(f"SELECT pg_notify('{self._channel}', '')")
-
-    # -- schema ---------------------------------------------------------------------------
-
-    async def migrate(self) -> list[str]:
-        """Apply pending migrations, each in one transaction with its ``schema_migrations``
-        row. An advisory lock serializes processes migrating the same schema at once."""
-        async with self._conn("migration") as conn:
-            return await schema.migrate(conn, self._t, self.schema, self._lock_name)
-
-    async def schema_version(self) -> int:
-        async with self._conn("schema query") as conn:
-            cur = await conn.execute(f"SELECT MAX(version) FROM {self._t}schema_migrations")
-            return int(one(await cur.fetchone())[0] or 0)
-
     # -- scopes ---------------------------------------------------------------------------
 
     async def touch(
@@ -314,25 +193,18 @@ class PostgresStore:
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         async with self._conn("load") as conn:
-            cur = await conn.execute(
-                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE {sql.KEY_WHERE}", key_args(key)
-            )
+            cur = await conn.execute(self._sql.load, key_args(key))
             r = await cur.fetchone()
             return None if r is None else scope_row(r)
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         async with self._conn("owner load") as conn:
-            cur = await conn.execute(
-                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE kind = %s AND owner_id = %s",
-                (kind, owner_id),
-            )
+            cur = await conn.execute(self._sql.load_owner, (kind, owner_id))
             return [scope_row(r) for r in await cur.fetchall()]
 
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
         async with self._conn("channel load") as conn:
-            cur = await conn.execute(
-                f"SELECT {SCOPE_COLS} FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
-            )
+            cur = await conn.execute(self._sql.load_channel, (channel_id,))
             return [scope_row(r) for r in await cur.fetchall()]
 
     async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
@@ -340,13 +212,10 @@ class PostgresStore:
         async with self._conn("server list") as conn:
             cur = await conn.execute(sql.LIST_SERVERS.format(t=self._t), (after or "", limit))
             page = await cur.fetchall()
-        return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
+        return server_summaries(page)
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        page_sql = (
-            f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s ORDER BY id LIMIT %s"
-        )
-        async for batch in self._pages("export read", page_sql, (), batch_rows):
+        async for batch in self._pages("export read", self._sql.rows_page, (), batch_rows):
             yield batch
 
     async def put_rows(
@@ -455,139 +324,3 @@ class PostgresStore:
             yield [scope_row(r[1:]) for r in rows]
             if len(rows) < batch_rows:
                 return
-
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        async with self._forget_tx("channel delete") as conn:
-            seq = await journal.append(
-                conn, self._t, "channel", [channel_id], [fencing.channel_target(channel_id)], now
-            )
-            cur = await conn.execute(
-                f"DELETE FROM {self._t}scopes WHERE channel_id = %s", (channel_id,)
-            )
-            return Forgotten(seq, cur.rowcount)
-
-    async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
-    ) -> Forgotten:
-        target = fencing.user_target(user_id)
-        t = self._t
-        async with self._forget_tx("user delete") as conn:
-            seq = await journal.append(conn, self._t, "user", [target], [target], now)
-            cur = await conn.execute(
-                f"DELETE FROM {t}scopes WHERE kind = 'user' AND owner_id = %s", (user_id,)
-            )
-            await conn.execute(f"DELETE FROM {t}journal WHERE subject_user = %s", (user_id,))
-            if keep is None:
-                await conn.execute(f"DELETE FROM {t}user_settings WHERE user_id = %s", (user_id,))
-            else:
-                await settings_sql.write_user(conn, self._t, user_id, keep, now)
-            return Forgotten(seq, cur.rowcount)
-
-    async def forget_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
-    ) -> Forgotten:
-        key = ScopeKey.server(server_id, channel_id, persona_id)
-        target = fencing.server_channel_target(server_id, channel_id, persona_id)
-        async with self._forget_tx("server channel delete") as conn:
-            seq = await journal.append(
-                conn, self._t, "server_channel", key.astuple[1:], [target], now
-            )
-            cur = await conn.execute(
-                f"DELETE FROM {self._t}scopes WHERE {sql.KEY_WHERE}", key_args(key)
-            )
-            return Forgotten(seq, cur.rowcount)
-
-    async def delete_channel(self, channel_id: str) -> int:
-        return (await self.forget_channel(channel_id, now=time.time())).rows
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
-        async with self._conn("user settings read") as conn:
-            cur = await conn.execute(
-                f"SELECT privacy, cross_server_opt_in FROM {self._t}user_settings "
-                "WHERE user_id = %s",
-                (user_id,),
-            )
-            found = await cur.fetchone()
-        keep = None if found is None else user_settings(found[0], found[1])
-        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        forgotten = await self.forget_server_channel(
-            server_id, channel_id, persona_id, now=time.time()
-        )
-        return forgotten.rows
-
-    async def janitor(self, *, untouched_since: float) -> int:
-        async with self._tx("janitor") as conn:
-            cur = await conn.execute(
-                f"DELETE FROM {self._t}scopes WHERE updated_at < %s", (untouched_since,)
-            )
-            deleted = cur.rowcount
-        # The journal keeps its own retention, whatever the rows' (see journal.prune).
-        async with self._forget_tx("journal prune") as conn:
-            await journal.prune(conn, self._t, time.time())
-        return deleted
-
-    # -- the journal ----------------------------------------------------------------------
-
-    def journal_moved(self) -> bool:
-        """True when NOTIFY announced a change since the last call, or when the ``LISTEN``
-        connection has not proved itself alive within ``listen_timeout_s`` (see
-        :class:`journal.JournalListener`). No query: while the listener is alive, a flag."""
-        return self._listener.moved()
-
-    @property
-    def listening(self) -> bool:
-        """Whether the ``LISTEN`` connection proved itself alive within ``listen_timeout_s``,
-        so that :meth:`journal_moved` answers from its flag (asking changes nothing)."""
-        return self._listener.alive
-
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
-        async with self._conn("journal read") as conn:
-            cur = await conn.execute(
-                f"SELECT seq, kind, subject, targets FROM {self._t}journal WHERE seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (seq, limit),
-            )
-            rows = await cur.fetchall()
-        return [fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
-
-    async def journal_head(self) -> int:
-        async with self._conn("journal read") as conn:
-            cur = await conn.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {self._t}journal")
-            return int(one(await cur.fetchone())[0])
-
-    # -- settings -------------------------------------------------------------------------
-
-    async def save_server_settings(
-        self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> int:
-        async with self._forget_tx("server settings write") as conn:
-            targets = await settings_sql.write_server(conn, self._t, server_id, settings, now)
-            return await journal.append(conn, self._t, "server_settings", [server_id], targets, now)
-
-    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
-        async with self._conn("server settings read") as conn:
-            return await settings_sql.read_servers(conn, self._t, since)
-
-    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
-        async with self._forget_tx("user settings write") as conn:
-            await settings_sql.write_user(conn, self._t, user_id, settings, now)
-            full = settings.privacy is Privacy.FULL
-            targets = [fencing.user_target(user_id)] if full else []
-            return await journal.append(conn, self._t, "user_settings", [], targets, now)
-
-    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
-        async with self._conn("user settings read") as conn:
-            return await settings_sql.read_users(conn, self._t, since)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._listener.close()
-        if self._owns_pool:
-            await self.pool.close()

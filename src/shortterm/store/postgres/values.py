@@ -13,7 +13,7 @@ from ...model import ScopeKey, ScopeMeta, ScopeRow
 from ...model.errors import StoreUnavailable
 from ...model.fence import WriteFence, scope_targets
 from ...model.text import clean_text
-from ..sql_common import put_params
+from ..sql_common import put_params, scope_key_params
 
 
 def clean(value: str | None) -> str | None:
@@ -62,19 +62,8 @@ def scope_row(r: Sequence[Any]) -> ScopeRow:
 
 
 def scope_params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
-    known = meta is not None
-    m = meta if meta is not None else ScopeMeta()
     return {
-        "kind": key.kind,
-        "owner": key.owner_id,
-        "channel": key.channel_id,
-        "persona": key.persona_id,
-        "server_id": m.server_id if known else (key.owner_id if key.kind == "server" else None),
-        "server_name": clean(m.server_name),
-        "channel_name": clean(m.channel_name),
-        "parent": m.parent_channel_id,
-        "private": m.private if known else None,
-        "lineage": m.persona_lineage_id,
+        **scope_key_params(key, meta, text=clean, flag=bool),
         "set_summary": False,
         "summary": None,
         "summary_at": None,

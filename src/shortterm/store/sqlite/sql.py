@@ -6,16 +6,13 @@ from __future__ import annotations
 import functools
 
 from ...model.fence import EVERY_TARGET
-from ..sql_common import SCOPE_COLS, key_where, server_upsert
+from ..sql_common import INSERT_COLS, PUT_CONFLICT, SCOPE_COLS, Statements, key_where, server_upsert
 
 # One upsert serves capture and tool writes alike. Metadata given as NULL means "unknown,
 # keep what is stored"; the lineage is written on every upsert that knows it (never lost to a
 # racing counter insert).
 UPSERT = f"""
-INSERT INTO scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
-    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
-    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
-    updated_at)
+INSERT INTO scopes AS s ({INSERT_COLS})
 VALUES (:kind, :owner, :channel, :persona, :server_id, :server_name, :channel_name, :parent,
     COALESCE(:private, 0), :lineage, :summary, :summary_at, COALESCE(:categories, '{{}}'),
     :categories_at, :inc, :reset, 1, :now, :now)
@@ -111,6 +108,8 @@ FENCED_UPSERT = UPSERT.replace("VALUES (", "SELECT ", 1).replace(
 assert FENCED_UPSERT.count("NOT EXISTS") == 1
 
 KEY_WHERE = key_where("?")
+COMMON = Statements.of("", "?")
+CATEGORIES_OF = f"SELECT categories FROM scopes WHERE {KEY_WHERE}"
 
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
 # which also yields the groups in order, so the scan stops after LIMIT groups. EXPLAIN QUERY
@@ -130,22 +129,10 @@ GROUP BY s.owner_id ORDER BY s.owner_id LIMIT ?
 
 # Import: the row as given replaces every stored value; only the revision is ours.
 PUT = f"""
-INSERT INTO scopes AS s (kind, owner_id, channel_id, persona_id, server_id, server_name,
-    channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at,
-    categories, categories_at, turns_since_refresh, refresh_epoch, revision, created_at,
-    updated_at)
+INSERT INTO scopes AS s ({INSERT_COLS})
 VALUES (:kind, :owner, :channel, :persona, :server_id, :server_name, :channel_name, :parent,
     :private, :lineage, :summary, :summary_at, :categories, :categories_at, :turns, :epoch, 1,
     :updated_at, :updated_at)
-ON CONFLICT (kind, owner_id, channel_id, COALESCE(persona_id, '')) DO UPDATE SET
-    server_id = excluded.server_id, server_name = excluded.server_name,
-    channel_name = excluded.channel_name, parent_channel_id = excluded.parent_channel_id,
-    private = excluded.private, persona_lineage_id = excluded.persona_lineage_id,
-    summary = excluded.summary, summary_at = excluded.summary_at,
-    categories = excluded.categories, categories_at = excluded.categories_at,
-    turns_since_refresh = excluded.turns_since_refresh, refresh_epoch = excluded.refresh_epoch,
-    revision = s.revision + 1, updated_at = excluded.updated_at
+{PUT_CONFLICT}
 RETURNING {SCOPE_COLS}
 """
-
-USER_SETTINGS_OF = "SELECT privacy, cross_server_opt_in FROM user_settings WHERE user_id = ?"

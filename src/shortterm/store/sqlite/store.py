@@ -1,27 +1,23 @@
 """The SQLite store: the Store protocol's operations on one connection, on the loop thread.
 
-Over 500 lines because it is the protocol's two dozen operations, each one short transaction;
-cutting them apart would scatter a transaction's steps over files.
-
-The statement text lives in :mod:`.sql`, rows and parameters in :mod:`.values`, the journal
-and fence in :mod:`.journal`, settings in :mod:`.settings`, URLs in :mod:`.url`.
+This module holds the scope rows' operations (captures, distilled writes, loads, exports,
+hydration); the connection, transactions and schema are in :mod:`.connection`, the journaled
+operations (forgets, settings, journal reads) in :mod:`.journaling`. The statement text lives
+in :mod:`.sql`, rows and parameters in :mod:`.values`, the journal and fence in
+:mod:`.journal`, settings rows in :mod:`.settings`, URLs in :mod:`.url`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from ...model import fence as fencing
-from ...model.errors import ConfigError, StoreUnavailable
-from ...model.keys import Privacy, ScopeKey, ScopeKind
+from ...model.errors import ConfigError
+from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import (
     DistilledWrite,
     HydrationRow,
@@ -30,13 +26,10 @@ from ...model.rows import (
     ServerSummary,
     merge_categories,
 )
-from ...model.settings import ServerSettings, UserSettings
-from .. import migrations
-from ..base import BufferedTouch, Forgotten, TouchedBatch
-from ..sql_common import SCOPE_COLS, key_args, user_settings
-from ..wal_watch import WalWatch
+from ..base import BufferedTouch, TouchedBatch
+from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import journal, sql
-from . import settings as settings_sql
+from .journaling import Journaling
 from .url import parse_url
 from .values import (
     HYDRATION_SELECT,
@@ -50,11 +43,6 @@ from .values import (
 )
 
 __all__ = ["SQLiteStore"]
-
-log = logging.getLogger("shortterm")
-
-T = TypeVar("T")
-
 
 _REVISION = SCOPE_COLS.split(", ").index("revision")
 
@@ -86,36 +74,8 @@ def _args(touches: Sequence[BufferedTouch]) -> list[Any]:
     return args
 
 
-class SQLiteStore:
+class SQLiteStore(Journaling):
     """A durable store in one SQLite file. Use :meth:`from_url` or pass a path."""
-
-    def __init__(
-        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5000
-    ) -> None:
-        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
-            raise ConfigError(f"synchronous={synchronous!r}: use normal, full or extra")
-        self.path = str(path)
-        try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            # Deleted rows are overwritten, not just unlinked: a purged user's ids and
-            # summaries must not linger in free pages of the file.
-            self._db.execute("PRAGMA secure_delete=ON")
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-        self._closed = False
-        self._data_version: int | None = None  # as journal_moved last read it
-        self._seen_version: int | None = None  # as any read of it last found it
-        self.foreign_epoch = 0
-        self._batch_epoch: int | None = None  # foreign_epoch at the last touch_batch
-        self._wal = WalWatch(self.path)
-        self._wal_seen: bytes | None = None
-        self.unscrubbed_forgets = 0  # forgets whose WAL could not be truncated at once
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -127,63 +87,6 @@ class SQLiteStore:
             path,
             synchronous=options.get("synchronous", "NORMAL"),
             busy_timeout_ms=int(options.get("busy_timeout_ms", "5000")),
-        )
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def _guard(self, what: str, fn: Callable[[], T]) -> T:
-        if self._closed:
-            raise StoreUnavailable(f"SQLite store {self.path!r} is closed")
-        try:
-            return fn()
-        except sqlite3.Error as exc:
-            if self._db.in_transaction:
-                self._db.rollback()
-            raise StoreUnavailable(f"SQLite {what} failed: {exc}") from exc
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock up front, so a read-modify-write cannot interleave
-        # with another writer.
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.rollback()
-            raise
-        self._db.execute("COMMIT")
-
-    # -- schema ---------------------------------------------------------------------------
-
-    async def migrate(self) -> list[str]:
-        def run() -> list[str]:
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            done = {v for (v,) in self._db.execute("SELECT version FROM schema_migrations")}
-            applied = []
-            for m in migrations.load("sqlite"):
-                if m.version in done:
-                    continue
-                with self._tx() as db:
-                    for statement in m.statements:
-                        db.execute(statement)
-                    db.execute(
-                        "INSERT INTO schema_migrations VALUES (?, ?, datetime('now'))",
-                        (m.version, m.name),
-                    )
-                applied.append(m.label)
-            return applied
-
-        return self._guard("migration", run)
-
-    def schema_version(self) -> int:
-        return self._guard(
-            "schema query",
-            lambda: (
-                self._db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] or 0
-            ),
         )
 
     # -- scopes ---------------------------------------------------------------------------
@@ -332,9 +235,7 @@ class SQLiteStore:
         for key, meta in scopes:
             current: Mapping[str, str] = {}
             if change.categories is not None and not change.replace_categories:
-                cur = db.execute(
-                    f"SELECT categories FROM scopes WHERE {sql.KEY_WHERE}", key_args(key)
-                ).fetchone()
+                cur = db.execute(sql.CATEGORIES_OF, key_args(key)).fetchone()
                 current = json.loads(cur[0]) if cur else {}
             r = db.execute(statement, params_for(key, meta, current)).fetchone()
             if r is not None:
@@ -346,9 +247,7 @@ class SQLiteStore:
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         def run() -> ScopeRow | None:
-            r = self._db.execute(
-                f"SELECT {SCOPE_COLS} FROM scopes WHERE {sql.KEY_WHERE}", key_args(key)
-            ).fetchone()
+            r = self._db.execute(sql.COMMON.load, key_args(key)).fetchone()
             return None if r is None else scope_row(r)
 
         return self._guard("load", run)
@@ -357,11 +256,7 @@ class SQLiteStore:
         return self._guard(
             "owner load",
             lambda: [
-                scope_row(r)
-                for r in self._db.execute(
-                    f"SELECT {SCOPE_COLS} FROM scopes WHERE kind = ? AND owner_id = ?",
-                    (kind, owner_id),
-                )
+                scope_row(r) for r in self._db.execute(sql.COMMON.load_owner, (kind, owner_id))
             ],
         )
 
@@ -369,25 +264,21 @@ class SQLiteStore:
         return self._guard(
             "channel load",
             lambda: [
-                scope_row(r)
-                for r in self._db.execute(
-                    f"SELECT {SCOPE_COLS} FROM scopes WHERE channel_id = ?", (channel_id,)
-                )
+                scope_row(r) for r in self._db.execute(sql.COMMON.load_channel, (channel_id,))
             ],
         )
 
     async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
         # Ids are never empty, so "after ''" is "from the start" and the plan stays one range.
         page = self._fetch("server list", sql.LIST_SERVERS, (after or "", limit))
-        return [ServerSummary(sid, name, n, at) for sid, n, at, name in page]
+        return server_summaries(page)
 
     async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
         # Keyset pages by id: each page is one short read, so no read transaction stays open
         # (and holds back WAL checkpoints) while the caller works on a batch.
-        page_sql = f"SELECT id, {SCOPE_COLS} FROM scopes WHERE id > ? ORDER BY id LIMIT ?"
         last = 0
         while True:
-            page = self._fetch("export read", page_sql, (last, batch_rows))
+            page = self._fetch("export read", sql.COMMON.rows_page, (last, batch_rows))
             if not page:
                 return
             last = page[-1][0]
@@ -441,200 +332,3 @@ class SQLiteStore:
                 await asyncio.sleep(0)  # let the loop breathe between batches
         finally:
             cursor.close()
-
-    def _fetch(self, what: str, statement: str, args: Sequence[Any]) -> list[Any]:
-        return self._guard(what, lambda: self._db.execute(statement, args).fetchall())
-
-    def _forget(
-        self, what: str, apply: Callable[[sqlite3.Connection], tuple[int, int]]
-    ) -> Forgotten:
-        """Run one forget in one transaction, then fold the WAL into the file and truncate it,
-        so no purged byte is left in the database, its ``-wal`` or its ``-shm`` once we
-        return (``secure_delete`` zeroes the freed space in the file itself)."""
-
-        def run() -> Forgotten:
-            with self._tx() as db:
-                seq, count = apply(db)
-            self._scrub_wal()
-            return Forgotten(seq, count)
-
-        return self._guard(what, run)
-
-    def _scrub_wal(self) -> None:
-        for _attempt in range(3):
-            busy, _log, _done = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-        # Another connection kept reading through the busy timeout: the bytes leave the WAL
-        # at the next checkpoint. Counted and logged, so the operator can see it.
-        self.unscrubbed_forgets += 1
-        log.warning("shortterm could not truncate the SQLite WAL after a forget: a reader holds it")
-
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(
-                db, "channel", [channel_id], [fencing.channel_target(channel_id)], now
-            )
-            n = db.execute("DELETE FROM scopes WHERE channel_id = ?", (channel_id,)).rowcount
-            return seq, n
-
-        return self._forget("channel delete", apply)
-
-    async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
-    ) -> Forgotten:
-        target = fencing.user_target(user_id)
-
-        def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "user", [target], [target], now)
-            n = db.execute(
-                "DELETE FROM scopes WHERE kind = 'user' AND owner_id = ?", (user_id,)
-            ).rowcount
-            db.execute("DELETE FROM journal WHERE subject_user = ?", (user_id,))
-            if keep is None:
-                db.execute("DELETE FROM user_settings WHERE user_id = ?", (user_id,))
-            else:
-                settings_sql.write_user(db, user_id, keep, now)
-            return seq, n
-
-        return self._forget("user delete", apply)
-
-    async def forget_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
-    ) -> Forgotten:
-        key = ScopeKey.server(server_id, channel_id, persona_id)
-        target = fencing.server_channel_target(server_id, channel_id, persona_id)
-
-        def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "server_channel", key.astuple[1:], [target], now)
-            n = db.execute(f"DELETE FROM scopes WHERE {sql.KEY_WHERE}", key_args(key)).rowcount
-            return seq, n
-
-        return self._forget("server channel delete", apply)
-
-    async def delete_channel(self, channel_id: str) -> int:
-        return (await self.forget_channel(channel_id, now=time.time())).rows
-
-    async def delete_user_scopes(self, user_id: str) -> int:
-        """The user's personal rows only (their settings stay): see :meth:`forget_user`."""
-        found = self._fetch("user settings read", sql.USER_SETTINGS_OF, (user_id,))
-        keep = user_settings(*found[0]) if found else None
-        return (await self.forget_user(user_id, keep=keep, now=time.time())).rows
-
-    async def delete_server_channel(
-        self, server_id: str, channel_id: str, persona_id: str | None
-    ) -> int:
-        forgotten = await self.forget_server_channel(
-            server_id, channel_id, persona_id, now=time.time()
-        )
-        return forgotten.rows
-
-    async def janitor(self, *, untouched_since: float) -> int:
-        def run() -> int:
-            with self._tx() as db:
-                n = db.execute("DELETE FROM scopes WHERE updated_at < ?", (untouched_since,))
-                # The journal keeps its own retention, whatever the rows' (see journal.prune).
-                journal.prune(db, time.time())
-                return n.rowcount
-
-        return self._guard("janitor", run)
-
-    # -- the journal ----------------------------------------------------------------------
-
-    def journal_moved(self) -> bool:
-        """Whether another connection committed since the last call: only then can the
-        journal hold entries we have not read. While no connection commits, a read of the
-        WAL-index header answers (a few hundred nanoseconds); after any commit, ours
-        included, ``PRAGMA data_version`` tells whether it was another connection's."""
-        if self._closed:
-            raise StoreUnavailable(f"SQLite store {self.path!r} is closed")
-        # The header first: a commit after this read changes it, so the next call looks.
-        header = self._wal.header()
-        if header is not None and header == self._wal_seen:
-            return False
-        version = self._guard(
-            "data version", lambda: self._db.execute("PRAGMA data_version").fetchone()[0]
-        )
-        self._wal_seen = header
-        moved = bool(version != self._data_version)
-        self._data_version = version
-        self._saw_version(version)
-        return moved
-
-    def _saw_version(self, version: int) -> None:
-        """Count another connection's commit (``foreign_epoch``) the first time any read of
-        ``PRAGMA data_version`` shows it; our own commits never change the value."""
-        if version != self._seen_version:
-            if self._seen_version is not None:
-                self.foreign_epoch += 1
-            self._seen_version = version
-
-    async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
-        return self._fetch(
-            "private scope read",
-            "SELECT kind, owner_id, channel_id, persona_id FROM scopes WHERE private = 1",
-            (),
-        )
-
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
-        rows = self._fetch(
-            "journal read",
-            "SELECT seq, kind, subject, targets FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
-            (seq, limit),
-        )
-        return [
-            fencing.JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])))
-            for r in rows
-        ]
-
-    async def journal_head(self) -> int:
-        found = self._fetch("journal read", "SELECT MAX(seq) FROM journal", ())
-        return int(found[0][0] or 0)
-
-    # -- settings -------------------------------------------------------------------------
-
-    async def save_server_settings(
-        self, server_id: str, settings: ServerSettings, *, now: float
-    ) -> int:
-        def run() -> int:
-            with self._tx() as db:
-                targets = settings_sql.write_server(db, server_id, settings, now)
-                return journal.append(db, "server_settings", [server_id], targets, now)
-
-        return self._guard("server settings write", run)
-
-    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
-        return self._guard(
-            "server settings read", lambda: settings_sql.read_servers(self._db, since)
-        )
-
-    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
-        def run() -> int:
-            with self._tx() as db:
-                settings_sql.write_user(db, user_id, settings, now)
-                full = settings.privacy is Privacy.FULL
-                return journal.append(
-                    db, "user_settings", [], [fencing.user_target(user_id)] if full else [], now
-                )
-
-        return self._guard("user settings write", run)
-
-    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
-        return self._guard("user settings read", lambda: settings_sql.read_users(self._db, since))
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._db.close()
-            self._wal.close()  # after: closing its descriptor drops the process's locks
-
-    def checkpoint(self) -> None:
-        """Fold the WAL into the main file and truncate it (tests and backups)."""
-        self._guard("checkpoint", lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
-
-    def integrity_check(self) -> str:
-        return str(
-            self._guard(
-                "integrity check", lambda: self._db.execute("PRAGMA integrity_check").fetchone()[0]
-            )
-        )

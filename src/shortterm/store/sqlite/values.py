@@ -13,7 +13,7 @@ from typing import Any
 from ...model import ScopeKey, ScopeMeta, ScopeRow
 from ...model.fence import scope_targets
 from ...model.rows import HydrationRow
-from ..sql_common import put_params
+from ..sql_common import put_params, scope_key_params
 from .sql import MAX_TARGETS
 
 _NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
@@ -88,18 +88,8 @@ def hydration_scope_rows(
 
 
 def scope_params(key: ScopeKey, meta: ScopeMeta | None, now: float) -> dict[str, Any]:
-    m = meta or _UNKNOWN_META
     return {
-        "kind": key.kind,
-        "owner": key.owner_id,
-        "channel": key.channel_id,
-        "persona": key.persona_id,
-        "server_id": m.server_id if meta else (key.owner_id if key.kind == "server" else None),
-        "server_name": m.server_name,
-        "channel_name": m.channel_name,
-        "parent": m.parent_channel_id,
-        "private": int(m.private) if meta else None,
-        "lineage": m.persona_lineage_id,
+        **scope_key_params(key, meta, text=as_is, flag=int),
         "summary": None,
         "summary_at": None,
         "set_summary": 0,
