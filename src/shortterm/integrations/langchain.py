@@ -43,7 +43,6 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..memory.tool_call import turn_spec
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
@@ -266,7 +265,7 @@ def memory_tool(history: ShortTermChatHistory) -> StructuredTool:
     give (summary or categories), every call through :meth:`shortterm.Turn.call_tool` of the
     history's turn in progress, so the guards, checks and the durable write are shortterm's.
     Its result is the message for the model; a refused call says why."""
-    spec = render(turn_spec(history.turn), "mcp")
+    spec = render(history.turn.tool_spec(), "mcp")
 
     async def update(**arguments: Any) -> str:
         result = await history.turn.call_tool(TOOL_NAME, arguments)

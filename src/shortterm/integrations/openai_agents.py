@@ -33,7 +33,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..memory.tool_call import turn_spec
 from ..model import Message, Privacy, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput
 from ..prompt.context import Context
@@ -215,7 +214,7 @@ class ShortTermSession:
         self._tool_offered = True
         self._turn = None
         turn = self._current_turn()
-        spec = render(turn_spec(turn), "openai-responses")
+        spec = render(turn.tool_spec(), "openai-responses")
 
         async def invoke(_ctx: ToolContext[Any], arguments: str) -> str:
             result = await self._current_turn().call_tool(TOOL_NAME, arguments)

@@ -12,7 +12,8 @@ from ..model.config import Config
 from ..model.errors import InvalidInput
 from ..store.base import Store
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
-from .facade import Clock, Memory
+from .engine import Clock
+from .facade import Memory
 
 __all__ = ["Opening", "open"]
 
@@ -28,7 +29,7 @@ class Opening:
     async def _open(self) -> Memory:
         memory = self._factory()
         try:
-            await memory._start(hydrate=self._hydrate)
+            await memory.start(hydrate=self._hydrate)
         except BaseException:
             await memory.close()
             raise

@@ -31,15 +31,15 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from ..model import ScopeKey, ScopeMeta, ScopeRow
+from ..model.config import Config
 from ..model.errors import StoreUnavailable
 from ..model.fence import WriteFence
 from ..store.base import BatchTouch, BufferedTouch, TouchedBatch
-
-if TYPE_CHECKING:
-    from .facade import Memory
+from .health import Health
+from .tiers import Tiers
 
 __all__ = ["HoldsScopes", "WriteBehind"]
 
@@ -71,12 +71,24 @@ _NONE_COLD: frozenset[KeyTuple] = frozenset()
 
 
 class WriteBehind:
-    """The buffer of one ``Memory``: touches coalesced per scope and fence targets, flushed
+    """The buffer of one engine: touches coalesced per scope and fence targets, flushed
     one batch at a time."""
 
-    def __init__(self, memory: Memory, *, window_s: float, max_turns: int) -> None:
-        # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
-        self._memory = memory
+    def __init__(
+        self,
+        tiers: Tiers,
+        *,
+        clock: Callable[[], float],
+        health: Health,
+        head: Callable[[], int],
+        window_s: float,
+        max_turns: int,
+    ) -> None:
+        # The shared holder, not the tiers themselves: a wrapper may replace one later.
+        self._tiers = tiers
+        self._clock = clock
+        self._health = health
+        self._head = head  # the journal position a flushed row is mirrored at
         self._window_s = window_s
         self._max_turns = max_turns
         # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
@@ -96,21 +108,21 @@ class WriteBehind:
         self._private: set[KeyTuple] = set()
 
     @staticmethod
-    def applies(memory: Memory) -> bool:
+    def applies(config: Config, tiers: Tiers) -> bool:
         """Only a store that batches touches, under a hot tier no other process writes (a
         shared tier must see every counter step at once)."""
         return (
-            memory.config.write_behind_ms > 0
-            and isinstance(memory.store, BatchTouch)
-            and isinstance(memory.cache, HoldsScopes)
-            and not memory.cache.shared
+            config.write_behind_ms > 0
+            and isinstance(tiers.store, BatchTouch)
+            and isinstance(tiers.cache, HoldsScopes)
+            and not tiers.cache.shared
         )
 
     async def prove_whole(self, epoch: int) -> None:
         """After a hydration that left the hot tier complete: cold scopes may be deferred
         from now on, while the store's ``foreign_epoch`` stays at ``epoch`` (read before the
         hydration began, so a commit during it breaks the proof)."""
-        store: Any = self._memory.store  # a BatchTouch, checked by ``applies``
+        store = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         self._private = set(await store.private_scope_keys())
         self._quiet_epoch = epoch
 
@@ -124,7 +136,7 @@ class WriteBehind:
     ) -> frozenset[KeyTuple] | None:
         """The keys of ``keys`` the hot tier does not hold, when a capture of them may still
         be deferred; ``None`` when it must be written through."""
-        m = self._memory
+        m = self._tiers
         holds = cast(HoldsScopes, m.cache).holds  # checked by ``applies``
         cold = [key.astuple for key in keys if not holds(key, now)]
         if not cold:
@@ -235,7 +247,7 @@ class WriteBehind:
             return result
 
     async def _touch_alone(self, touches: Sequence[BufferedTouch]) -> tuple[TouchedBatch, None]:
-        store = cast(BatchTouch, self._memory.store)  # checked by ``applies``
+        store = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         return await store.touch_batch(touches), None
 
     def _take(self) -> tuple[list[BufferedTouch], WriteFence]:
@@ -249,7 +261,7 @@ class WriteBehind:
         touches = [
             BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold) for p in batch.values()
         ]
-        return touches, WriteFence(self._memory.journal.head)
+        return touches, WriteFence(self._head())
 
     async def _commit(
         self,
@@ -265,8 +277,7 @@ class WriteBehind:
             lost = sum(t.steps for t in touches)
             self.lost_steps += lost
             self._steps_taken(touches)
-            m = self._memory
-            m.health.failed("write-behind flush", exc)
+            self._health.failed("write-behind flush", exc)
             log.warning(
                 "shortterm lost %d buffered counter steps (%d scopes): %s", lost, len(touches), exc
             )
@@ -278,15 +289,14 @@ class WriteBehind:
         self, touches: Sequence[BufferedTouch], done: TouchedBatch, fence: WriteFence
     ) -> None:
         """After ``touches`` committed: the hot tier mirrors what other processes wrote."""
-        m = self._memory
         self._steps_taken(touches)
-        m.health.ok()
+        self._health.ok()
         self.flushes += 1
         if done.written < len(touches):
-            m.health.count("fenced_writes", len(touches) - done.written)
+            self._health.count("fenced_writes", len(touches) - done.written)
         if done.rows:
             # Another process wrote meanwhile (or a cold scope had a row): mirror it.
-            await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
+            await self._tiers.cache.apply_rows(self.with_pending(done.rows), self._clock(), fence)
 
     def _steps_taken(self, touches: Sequence[BufferedTouch]) -> None:
         """The touches' steps are no longer pending (committed, or lost)."""
