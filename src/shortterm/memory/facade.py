@@ -84,6 +84,12 @@ class Memory:
     # -- what it is made of (read-only, but the tiers may be wrapped) ---------------------
 
     @property
+    def engine(self) -> Engine:
+        """The machinery behind this facade (its turns' engine): for surfaces and tests that
+        observe or wrap a write path."""
+        return self._engine
+
+    @property
     def store(self) -> Store:
         return self._engine.tiers.store
 

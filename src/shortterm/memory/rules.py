@@ -72,13 +72,12 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     args = snap.args
     user = ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
     privacy = snap.privacy
-    if privacy is _FULL:
-        return [], user
     scopes = [user] if privacy is Privacy.NONE else []
     if args.server_id is None:
-        return scopes, user
+        return ([] if privacy is _FULL else scopes), user
     server = ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
-    scopes.append(server)
+    if privacy is not _FULL:
+        scopes.append(server)
     return scopes, server
 
 
