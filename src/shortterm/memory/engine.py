@@ -3,7 +3,8 @@
 It owns the tiers, the write-behind, the journal follower (the position every write is fenced
 at), the health counters and the known settings. A turn hands it a plan (or the arguments to
 plan with, see rules.py) and it carries it out: follow the journal once, fence, then the tiers.
-It never calls back into a turn. Forgetting is beside it, in engine_forget.py.
+It never calls back into a turn. Beside it: engine_forget.py (forgets), engine_settings.py
+(settings changes), hydration.py (the bulk load).
 
 Everything acknowledged is written through and awaited: when a method returns, its write is
 committed. A capture's own durable part (scope rows, counter step) may be buffered by the
@@ -19,9 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,27 +34,24 @@ from ..model import (
     ScopeKind,
     ScopeMeta,
     ScopeRow,
-    ServerSettings,
-    UserSettings,
 )
 from ..model.config import Config
 from ..model.errors import StoreUnavailable
-from ..model.fence import WriteFence, private_target, user_target
-from ..model.rows import HydrationSink, HydrationSource
+from ..model.fence import WriteFence
 from ..store.base import BatchTouch, Store
 from . import rules
 from .engine_forget import Forgetting, UnsureForget
+from .engine_settings import SettingsWriter
 from .follower import JournalFollower
 from .health import Health
+from .hydration import hydrate
 from .known_settings import KnownSettings
-from .recall import RenderCache
+from .renders import RenderCache
 from .tiers import Tiers
 from .turn_args import TurnArgs
 from .write_behind import WriteBehind
 
 __all__ = ["Clock", "Engine"]
-
-log = logging.getLogger("shortterm")
 
 Clock = Callable[[], float]
 KeyTuple = tuple[str, str, str, str | None]
@@ -74,7 +69,8 @@ class Engine:
         self.clock = clock
         self.known_settings = KnownSettings()
         self.health = Health()
-        self.renders = RenderCache()
+        # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
+        self.renders = RenderCache(0 if cache.shared else 1024)
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.
@@ -89,6 +85,14 @@ class Engine:
             reload=self._hydrate,
             unsure_forgets=unsure_forgets,
             settle_forgets=self._settle_forgets,
+        )
+        self.settings = SettingsWriter(
+            self.tiers,
+            clock=clock,
+            health=self.health,
+            journal=self.journal,
+            known=self.known_settings,
+            flush=self.flush,
         )
         self.forgets = Forgetting(
             self.tiers,
@@ -144,34 +148,10 @@ class Engine:
             )
 
     async def _hydrate(self, now: float) -> None:
-        """Load every row whose summary or categories are still live, with no messages."""
-        started = time.perf_counter()
-        store, cache = self.store, self.cache
-        evictions = cache.stats().get("evictions", 0)
-        rows = 0
-        fence = WriteFence(self.journal.head)
-        # A bulk load creates objects that all stay alive; the cyclic collector would walk
-        # the growing heap again and again for nothing, so it pauses until the load is done.
-        collecting = gc.isenabled()
-        gc.disable()
-        since, batch_rows = now - self.config.summary_ttl_s, self.config.hydrate_batch_rows
-        try:
-            if isinstance(store, HydrationSource) and isinstance(cache, HydrationSink):
-                # Plain tuples from the cursor to the records: no row objects per row.
-                async for plain in store.iter_hydration(since=since, batch_rows=batch_rows):
-                    await cache.apply_hydration(plain, now, fence)
-                    rows += len(plain)
-            else:
-                async for batch in store.iter_distilled(since=since, batch_rows=batch_rows):
-                    await cache.apply_rows(batch, now, fence)
-                    rows += len(batch)
-        finally:
-            if collecting:
-                gc.enable()
+        rows, self.hydration_s = await hydrate(
+            self.tiers, self.config, WriteFence(self.journal.head), now
+        )
         self.health.count("hydrated_rows", rows)
-        cache.set_complete(cache.stats().get("evictions", 0) == evictions)
-        self.hydration_s = time.perf_counter() - started
-        log.info("shortterm hydrated %d rows in %.3f s", rows, self.hydration_s)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -240,34 +220,6 @@ class Engine:
         settings = known.server(args.server_id)
         privacy = rules.effective_privacy(args.privacy, known.stored_user(args.user_id))
         return rules.Snapshot(args, settings, privacy, self.config)
-
-    async def save_server_settings(self, server_id: str, settings: ServerSettings) -> None:
-        await self.flush()
-        before = self.known_settings.server(server_id).private_channel_ids
-        seq = await self.store.save_server_settings(server_id, settings, now=self.clock())
-        self.known_settings.put_server(server_id, settings)
-        newly = sorted(settings.private_channel_ids - before)
-        await self._record_settings(seq, [private_target(server_id, c) for c in newly])
-        await self.journal.caught_up_to(seq)
-
-    async def save_user_settings(self, user_id: str, settings: UserSettings) -> None:
-        await self.flush()
-        seq = await self.store.save_user_settings(user_id, settings, now=self.clock())
-        self.known_settings.put_users({user_id: settings})
-        # No personal memory from now on: a user-scope write in flight was computed before.
-        narrowed = settings.privacy is not Privacy.NONE
-        await self._record_settings(seq, [user_target(user_id)] if narrowed else [])
-        await self.journal.caught_up_to(seq)
-
-    async def _record_settings(self, seq: int, targets: Sequence[str]) -> None:
-        """Our settings change ``seq``, on a shared hot tier: other processes' next owner
-        read returns it and they follow the journal before they render; ``targets`` fence the
-        writes in flight (see ``HotTier.record_settings``). It is saved already, so a hot
-        tier that fails here fails nothing: the others then learn it from the journal."""
-        try:
-            await self.cache.record_settings(seq, targets, self.clock())
-        except StoreUnavailable as exc:
-            self.health.failed("hot tier update", exc)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -219,7 +219,7 @@ class Memory:
                     f"both become {slug!r})",
                 )
             seen[slug] = category.label
-        await self._engine.save_server_settings(server_id, settings)
+        await self._engine.settings.save_server(server_id, settings)
 
     async def server_settings(self, server_id: str) -> ServerSettings:
         check_id("server_id", server_id)
@@ -238,7 +238,7 @@ class Memory:
         if settings.privacy is Privacy.FULL:
             await engine.forgets.user(user_id, keep=settings, known=engine.known_settings)
             return
-        await engine.save_user_settings(user_id, settings)
+        await engine.settings.save_user(user_id, settings)
 
     async def user_settings(self, user_id: str) -> UserSettings:
         check_id("user_id", user_id)

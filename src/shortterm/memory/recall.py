@@ -28,7 +28,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ..model import Entry, Privacy, ScopeKey, ScopeKind, ServerSettings
+from ..model import Entry, Privacy, ScopeKey, ScopeKind
 from ..model.errors import InvalidInput, StoreUnavailable
 from ..prompt.context import Context, ContextItem
 from ..prompt.render import (
@@ -46,12 +46,13 @@ from ..prompt.render import (
 from . import rules
 from .guards import TurnGuard
 from .known_settings import KnownSettings
+from .renders import RenderCache
 from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["RenderCache", "build_context"]
+__all__ = ["build_context"]
 
 TokenCounter = Callable[[str], int]
 
@@ -182,7 +183,7 @@ class _Recall:
             self.args.bot_name,
             known.full_privacy_version,
         )
-        memo = self.renders.memo(entry)
+        memo = self.renders.of(entry)
         if memo.other_inputs == inputs:
             return memo.other
         planned = self._plan(entry, origin)
@@ -192,7 +193,7 @@ class _Recall:
     def same(self, entry: Entry, labels: dict[str, str] | None) -> Section | None:
         """The live entry's distilled section, built once per view and settings."""
         settings = self.settings
-        memo = self.renders.memo(entry)
+        memo = self.renders.of(entry)
         if memo.same_inputs is settings:
             return memo.same
         memo.same_inputs, memo.same = settings, distilled_section(entry, labels)
@@ -219,43 +220,6 @@ class _Recall:
             user_fallback="someone" if entry.key.kind == "server" else self.user_name,
             bot_fallback=self.args.bot_name,
         )
-
-
-class _Memo:
-    """What one entry view rendered, with the inputs it was rendered under. Planned sections
-    are shared: :func:`build_context` copies them before a token budget trims anything."""
-
-    __slots__ = ("other", "other_inputs", "same", "same_inputs")
-
-    def __init__(self) -> None:
-        self.other_inputs: tuple[object, ...] | None = None
-        self.other: Recollection | None = None
-        self.same_inputs: ServerSettings | None = None
-        self.same: Section | None = None
-
-
-class RenderCache:
-    """What the read path rendered, per entry view, for the most recent ``limit`` views.
-
-    Keyed by the view's identity, which is its revision: a hot tier replaces the view
-    whenever its entry changes (a capture, an edit, a forget, an expiry), so a rendering is
-    never shown for a changed or forgotten entry. The view is held with its rendering, so its
-    identity cannot be reused while it is cached."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self._limit = limit
-        self._memos: dict[int, tuple[Entry, _Memo]] = {}
-
-    def memo(self, entry: Entry) -> _Memo:
-        memos = self._memos
-        slot = memos.get(id(entry))
-        if slot is not None and slot[0] is entry:
-            return slot[1]
-        if slot is None and len(memos) >= self._limit:
-            del memos[next(iter(memos))]  # the oldest view first
-        memo = _Memo()
-        memos[id(entry)] = (entry, memo)
-        return memo
 
 
 async def _gather(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..model import Privacy, check_id, check_optional_text
 from ..model.errors import InvalidInput
@@ -20,6 +20,14 @@ __all__ = ["TurnArgs"]
 # The triggering text is only scanned for intent; nothing longer is useful for that.
 _MAX_USER_MESSAGE_CHARS = 20_000
 _MAX_NAME_CHARS = 200
+_NAMES = ("user_name", "bot_name", "server_name", "channel_name")  # display names
+
+
+def _name(field: str, value: object) -> str | None:
+    """A display name, cleaned and capped (never refused for its content); the bot's name
+    (checked non-blank) stays as given when nothing is left of it."""
+    cleaned = check_optional_text(field, value, _MAX_NAME_CHARS)
+    return (cleaned or cast(str, value)) if field == "bot_name" else cleaned
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,31 +70,13 @@ class TurnArgs:
             raise InvalidInput("user_message", message, "a string")
         if len(message) > _MAX_USER_MESSAGE_CHARS:
             put(self, "user_message", message[:_MAX_USER_MESSAGE_CHARS])
-        if self.user_name is not None:
-            put(
-                self, "user_name", check_optional_text("user_name", self.user_name, _MAX_NAME_CHARS)
-            )
         bot_name = self.bot_name
-        if bot_name != "Assistant":
-            if not isinstance(bot_name, str) or not bot_name.strip():
-                raise InvalidInput("bot_name", bot_name, "a non-blank string")
-            put(
-                self,
-                "bot_name",
-                check_optional_text("bot_name", bot_name, _MAX_NAME_CHARS) or bot_name,
-            )
-        if self.server_name is not None:
-            put(
-                self,
-                "server_name",
-                check_optional_text("server_name", self.server_name, _MAX_NAME_CHARS),
-            )
-        if self.channel_name is not None:
-            put(
-                self,
-                "channel_name",
-                check_optional_text("channel_name", self.channel_name, _MAX_NAME_CHARS),
-            )
+        if bot_name != "Assistant" and (not isinstance(bot_name, str) or not bot_name.strip()):
+            raise InvalidInput("bot_name", bot_name, "a non-blank string")
+        for name in _NAMES:
+            value = getattr(self, name)
+            if value is not None and value != "Assistant":
+                put(self, name, _name(name, value))
         provider = self.provider
         if provider is not None:
             if not isinstance(provider, str):
