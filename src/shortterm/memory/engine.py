@@ -41,8 +41,10 @@ from ..model.fence import WriteFence
 from ..store.base import BatchTouch, Store
 from . import rules
 from .engine_forget import Forgetting, UnsureForget
+from .engine_parts import EngineParts
 from .engine_settings import SettingsWriter
 from .follower import JournalFollower
+from .forwarded import Forwarded
 from .health import Health
 from .hydration import hydrate
 from .known_settings import KnownSettings
@@ -86,22 +88,11 @@ class Engine:
             unsure_forgets=unsure_forgets,
             settle_forgets=self._settle_forgets,
         )
-        self.settings = SettingsWriter(
-            self.tiers,
-            clock=clock,
-            health=self.health,
-            journal=self.journal,
-            known=self.known_settings,
-            flush=self.flush,
+        parts = EngineParts(
+            self.tiers, clock, self.health, self.journal, self.known_settings, self.flush
         )
-        self.forgets = Forgetting(
-            self.tiers,
-            clock=clock,
-            health=self.health,
-            journal=self.journal,
-            flush=self.flush,
-            unsure=unsure_forgets,
-        )
+        self.settings = SettingsWriter(parts)
+        self.forgets = Forgetting(parts, unsure_forgets)
         self.write_behind = (
             WriteBehind(
                 self.tiers,
@@ -115,13 +106,8 @@ class Engine:
             else None
         )
 
-    @property
-    def store(self) -> Store:
-        return self.tiers.store
-
-    @property
-    def cache(self) -> HotTier:
-        return self.tiers.cache
+    store = Forwarded[Store]("tiers")
+    cache = Forwarded[HotTier]("tiers")
 
     # -- lifecycle ------------------------------------------------------------------------
 

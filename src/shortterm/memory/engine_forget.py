@@ -18,10 +18,7 @@ from ..model import Privacy, ScopeKey, UserSettings
 from ..model.errors import StoreUnavailable
 from ..model.fence import channel_target, server_channel_target, user_target
 from ..store.base import Forgotten
-from .follower import JournalFollower
-from .health import Health
-from .known_settings import KnownSettings
-from .tiers import Tiers
+from .engine_parts import EngineParts
 
 __all__ = ["Forgetting", "UnsureForget"]
 
@@ -41,21 +38,8 @@ class UnsureForget(NamedTuple):
 class Forgetting:
     """The forgets of one engine, and those of unknown outcome still to settle."""
 
-    def __init__(
-        self,
-        tiers: Tiers,
-        *,
-        clock: Callable[[], float],
-        health: Health,
-        journal: JournalFollower,
-        flush: Callable[[], Awaitable[None]],
-        unsure: list[UnsureForget],
-    ) -> None:
-        self._tiers = tiers
-        self._clock = clock
-        self._health = health
-        self._journal = journal
-        self._flush = flush  # the write-behind's buffer, committed before a forget
+    def __init__(self, parts: EngineParts, unsure: list[UnsureForget]) -> None:
+        self._parts = parts
         # Our forgets whose commit may or may not have landed: retried before the next call
         # (the follower reads the same list).
         self.unsure = unsure
@@ -72,7 +56,7 @@ class Forgetting:
         after the eviction — then the journal up to our entry, then ``after``. Buffered
         captures flush first; one still in flight is refused by the flush's fence if this
         forget covers it. A commit whose outcome is unknown is retried (see :meth:`_retry`)."""
-        await self._flush()
+        await self._parts.flush()
         try:
             forgotten = await durable()
         except StoreUnavailable as exc:
@@ -92,9 +76,10 @@ class Forgetting:
         hot: Callable[[], Awaitable[int]],
         after: Callable[[], None] | None,
     ) -> int:
-        await self._tiers.cache.record_forget(forgotten.seq, targets, self._clock())
+        parts = self._parts
+        await parts.tiers.cache.record_forget(forgotten.seq, targets, parts.clock())
         evicted = await hot()
-        await self._journal.caught_up_to(forgotten.seq)
+        await parts.journal.caught_up_to(forgotten.seq)
         if after is not None:
             after()
         return max(int(forgotten.rows), int(evicted))
@@ -132,28 +117,30 @@ class Forgetting:
                 await self._forgotten(forget.targets, forgotten, forget.hot, forget.after)
             except StoreUnavailable as exc:
                 self.unsure.append(forget)
-                self._health.failed("forget retry", exc)
+                self._parts.health.failed("forget retry", exc)
                 with contextlib.suppress(StoreUnavailable):
                     await forget.hot()
 
     # -- what can be forgotten ------------------------------------------------------------
 
     async def channel(self, channel_id: str) -> int:
-        tiers, clock = self._tiers, self._clock
+        tiers, clock = self._parts.tiers, self._parts.clock
         return await self.forget(
             [channel_target(channel_id)],
             lambda: tiers.store.forget_channel(channel_id, now=clock()),
             lambda: tiers.cache.delete_channel(channel_id),
         )
 
-    async def user(self, user_id: str, *, keep: UserSettings | None, known: KnownSettings) -> int:
+    async def user(self, user_id: str, *, keep: UserSettings | None) -> int:
         """A user's scopes and their messages everywhere; ``keep``: the settings row that
         stays (a full-privacy choice), else none does."""
-        tiers, clock = self._tiers, self._clock
+        tiers, clock = self._parts.tiers, self._parts.clock
 
         async def hot() -> int:
             deleted = await tiers.cache.delete_owner("user", user_id)
             return deleted + await tiers.cache.scrub_author(user_id, clock())
+
+        known = self._parts.known
 
         def after() -> None:
             if keep is None:
@@ -169,7 +156,7 @@ class Forgetting:
         )
 
     async def server_channel(self, server_id: str, channel_id: str, persona_id: str | None) -> int:
-        tiers, clock = self._tiers, self._clock
+        tiers, clock = self._parts.tiers, self._parts.clock
         return await self.forget(
             [server_channel_target(server_id, channel_id, persona_id)],
             lambda: tiers.store.forget_server_channel(

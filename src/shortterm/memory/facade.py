@@ -17,18 +17,14 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from types import EllipsisType, TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from ..cache.base import HotTier
 from ..model import (
     DistilledWrite,
     Entry,
-    Message,
     Privacy,
     ScopeKey,
-    ScopeKind,
-    ScopeMeta,
     ScopeRow,
     ServerSettings,
     ServerSummary,
@@ -43,15 +39,20 @@ from ..model.text import clean_text, truncate
 from ..store.base import Store
 from ..tool.slug import slugify
 from . import admin
+from .closing import ClosedOnExit
 from .engine import Clock, Engine
 from .engine_forget import UnsureForget, kept_on_clear
 from .follower import JournalFollower
+from .forwarded import Forwarded
 from .guards import SharedGuard
 from .health import Health
 from .known_settings import KnownSettings
 from .turn import Turn
 from .turn_args import TurnArgs
 from .write_behind import WriteBehind
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Memory"]
 
@@ -74,7 +75,22 @@ def one_call(
     return call
 
 
-class Memory:
+def _on_engine(
+    method: Callable[Concatenate[Engine, _P], _R],
+) -> Callable[Concatenate[Memory, _P], _R]:
+    """A method of the facade that is the engine's own (looked up at each call, so a wrapped
+    engine method is the one called)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self: Memory, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        forwarded: Callable[_P, _R] = getattr(self._engine, name)
+        return forwarded(*args, **kwargs)
+
+    return call
+
+
+class Memory(ClosedOnExit):
     """Working memory for one bot process. Create it with :func:`shortterm.open`."""
 
     def __init__(self, *, store: Store, cache: HotTier, config: Config, clock: Clock) -> None:
@@ -89,49 +105,16 @@ class Memory:
         observe or wrap a write path."""
         return self._engine
 
-    @property
-    def store(self) -> Store:
-        return self._engine.tiers.store
-
-    @store.setter
-    def store(self, store: Store) -> None:
-        self._engine.tiers.store = store  # every part of the engine sees the wrapper
-
-    @property
-    def cache(self) -> HotTier:
-        return self._engine.tiers.cache
-
-    @cache.setter
-    def cache(self, cache: HotTier) -> None:
-        self._engine.tiers.cache = cache
-
-    @property
-    def config(self) -> Config:
-        return self._engine.config
-
-    @property
-    def clock(self) -> Clock:
-        return self._engine.clock
-
-    @property
-    def known_settings(self) -> KnownSettings:
-        return self._engine.known_settings
-
-    @property
-    def health(self) -> Health:
-        return self._engine.health
-
-    @property
-    def journal(self) -> JournalFollower:
-        return self._engine.journal
-
-    @property
-    def write_behind(self) -> WriteBehind | None:
-        return self._engine.write_behind
-
-    @property
-    def hydration_s(self) -> float:
-        return self._engine.hydration_s
+    # The tiers may be wrapped (a test adds latency or failures): the engine's parts follow.
+    store = Forwarded[Store]("_engine.tiers", writable=True)
+    cache = Forwarded[HotTier]("_engine.tiers", writable=True)
+    config = Forwarded[Config]("_engine")
+    clock = Forwarded[Clock]("_engine")
+    known_settings = Forwarded[KnownSettings]("_engine")
+    health = Forwarded[Health]("_engine")
+    journal = Forwarded[JournalFollower]("_engine")
+    write_behind = Forwarded[WriteBehind | None]("_engine")
+    hydration_s = Forwarded[float]("_engine")
 
     @property
     def unsure_forgets(self) -> Sequence[UnsureForget]:
@@ -166,19 +149,9 @@ class Memory:
     async def __aenter__(self) -> Memory:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     # -- settings -------------------------------------------------------------------------
 
-    def scope_meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
-        """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
-        return self._engine.scope_meta(parts)
+    scope_meta = _on_engine(Engine.scope_meta)
 
     async def begin_write(self, triggerer: str | None = None) -> WriteFence:
         """Where a write begins: follow the journal, then the position to fence the write at.
@@ -236,7 +209,7 @@ class Memory:
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
         engine = self._engine
         if settings.privacy is Privacy.FULL:
-            await engine.forgets.user(user_id, keep=settings, known=engine.known_settings)
+            await engine.forgets.user(user_id, keep=settings)
             return
         await engine.settings.save_user(user_id, settings)
 
@@ -271,37 +244,16 @@ class Memory:
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
         return await self._engine.get(key)
 
-    async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
-        """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
-        lands while the row is in flight wins over it."""
-        return await self._engine.read_through(key, now)
-
-    async def owner_entries(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
-        """Live entries of one owner, re-read from the durable tier when the hot tier may
-        have dropped some of them."""
-        return await self._engine.owner_entries(kind, owner_id)
+    read_through = _on_engine(Engine.read_through)
+    owner_entries = _on_engine(Engine.owner_entries)
 
     # -- administration: listing, export, import -----------------------------------------
 
-    async def find_rows(
-        self,
-        *,
-        kind: ScopeKind | None = None,
-        server_id: str | None = None,
-        channel_id: str | None = None,
-        user_id: str | None = None,
-        persona_id: str | EllipsisType | None = ...,
-    ) -> list[ScopeRow]:
-        """Durable rows matching every filter given, sorted by key: see :func:`admin.find_rows`."""
+    async def find_rows(self, **filters: Unpack[admin.RowFilters]) -> list[ScopeRow]:
+        """Durable rows matching every filter given (``kind``, ``server_id``, ``channel_id``,
+        ``user_id``, ``persona_id``), sorted by key: see :func:`admin.find_rows`."""
         await self.flush()
-        return await admin.find_rows(
-            self.store,
-            kind=kind,
-            server_id=server_id,
-            channel_id=channel_id,
-            user_id=user_id,
-            persona_id=persona_id,
-        )
+        return await admin.find_rows(self.store, **filters)
 
     async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
         """The servers with durable shared rows, a page at a time: see :func:`admin.servers`."""
@@ -367,33 +319,8 @@ class Memory:
 
     # -- the write paths, for surfaces that write scopes themselves (see engine.py) -------
 
-    async def write_capture(
-        self,
-        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
-        meta: ScopeMeta,
-        *,
-        increment: ScopeKey | None,
-        fence: WriteFence,
-        now: float,
-    ) -> bool:
-        """The one capture write (see ``Engine.write_capture``): returns whether every scope
-        was written (a forget may overtake some)."""
-        return await self._engine.write_capture(
-            scopes, meta, increment=increment, fence=fence, now=now
-        )
-
-    async def write_distilled(
-        self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
-        change: DistilledWrite,
-        *,
-        reset_counter: ScopeKey | None,
-        fence: WriteFence,
-    ) -> list[ScopeRow]:
-        """The one distilled write (see ``Engine.write_distilled``): the rows written."""
-        return await self._engine.write_distilled(
-            scopes, change, reset_counter=reset_counter, fence=fence
-        )
+    write_capture = _on_engine(Engine.write_capture)
+    write_distilled = _on_engine(Engine.write_distilled)
 
     # -- deletion: every forget is journaled durably, then applied here, then followed ------
 
@@ -415,9 +342,8 @@ class Memory:
         except a FULL privacy choice, which is kept so that it stays honoured. Returns the
         number of scopes deleted plus entries scrubbed."""
         check_id("user_id", user_id)
-        known = self.known_settings
-        keep = kept_on_clear(known.stored_user(user_id))
-        return await self._engine.forgets.user(user_id, keep=keep, known=known)
+        keep = kept_on_clear(self.known_settings.stored_user(user_id))
+        return await self._engine.forgets.user(user_id, keep=keep)
 
     @one_call
     async def clear_server_channel(

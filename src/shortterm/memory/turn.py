@@ -29,6 +29,7 @@ from ..prompt.context import Context
 from ..tool.spec import ToolSpec
 from . import rules
 from . import tool_call as _tool
+from .forwarded import Forwarded
 from .guards import SharedGuard, TurnGuard
 from .recall import build_context
 from .turn_args import TurnArgs
@@ -63,65 +64,21 @@ class Turn:
 
     # -- what the turn is about (its arguments) -------------------------------------------
 
-    @property
-    def user_id(self) -> str:
-        return self.args.user_id
-
-    @property
-    def channel_id(self) -> str:
-        return self.args.channel_id
-
-    @property
-    def server_id(self) -> str | None:
-        return self.args.server_id
-
-    @property
-    def persona_id(self) -> str | None:
-        return self.args.persona_id
-
-    @property
-    def persona_lineage_id(self) -> str | None:
-        return self.args.persona_lineage_id
-
-    @property
-    def user_message(self) -> str:
-        return self.args.user_message
-
-    @property
-    def user_name(self) -> str | None:
-        return self.args.user_name
-
-    @property
-    def bot_name(self) -> str:
-        return self.args.bot_name
-
-    @property
-    def server_name(self) -> str | None:
-        return self.args.server_name
-
-    @property
-    def channel_name(self) -> str | None:
-        return self.args.channel_name
-
-    @property
-    def parent_channel_id(self) -> str | None:
-        return self.args.parent_channel_id
-
-    @property
-    def provider(self) -> str | None:
-        return self.args.provider
-
-    @property
-    def has_tools(self) -> bool:
-        return self.args.has_tools
-
-    @property
-    def privacy(self) -> Privacy:
-        return self.args.privacy
-
-    @property
-    def locale(self) -> str | None:
-        return self.args.locale
+    user_id = Forwarded[str]("args")
+    channel_id = Forwarded[str]("args")
+    server_id = Forwarded[str | None]("args")
+    persona_id = Forwarded[str | None]("args")
+    persona_lineage_id = Forwarded[str | None]("args")
+    user_message = Forwarded[str]("args")
+    user_name = Forwarded[str | None]("args")
+    bot_name = Forwarded[str]("args")
+    server_name = Forwarded[str | None]("args")
+    channel_name = Forwarded[str | None]("args")
+    parent_channel_id = Forwarded[str | None]("args")
+    provider = Forwarded[str | None]("args")
+    has_tools = Forwarded[bool]("args")
+    privacy = Forwarded[Privacy]("args")
+    locale = Forwarded[str | None]("args")
 
     @property
     def upgraded(self) -> bool:
