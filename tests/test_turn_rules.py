@@ -73,14 +73,14 @@ def _plan(
     stopped: bool = False,
     full: frozenset[str] = frozenset(),
     upgraded: bool = False,
-) -> rules.CapturePlan:
+) -> list[rules.ScopeWrite]:
     return rules.plan_capture(
         snap, history, said, stopped=stopped, full_users=full, upgraded=upgraded, now=NOW
     )
 
 
-def _written(plan: rules.CapturePlan) -> list[ScopeKey]:
-    return [key for write in plan.writes for key, _ in write.scopes]
+def _written(plan: list[rules.ScopeWrite]) -> list[ScopeKey]:
+    return [key for write in plan for key, _ in write.scopes]
 
 
 @given(snapshots(), st.lists(messages, max_size=8), replies)
@@ -88,7 +88,7 @@ def test_full_privacy_writes_nothing(
     snap: rules.Snapshot, history: list[Message], said: list[Reply]
 ) -> None:
     full = snap._replace(privacy=Privacy.FULL)
-    assert _plan(full, history, said).writes == []
+    assert _plan(full, history, said) == []
     assert rules.scopes_written(full, snap.args.persona_id)[0] == []
     assert rules.refusal(full, long_term_intent=lambda: False, upgraded=False, in_flight=False)
 
@@ -115,7 +115,7 @@ def test_a_capture_writes_the_turns_channel_and_keeps_no_full_privacy_author(
     snap: rules.Snapshot, history: list[Message], said: list[Reply]
 ) -> None:
     plan = _plan(snap, history, said, full=frozenset({"u3"}))
-    for write in plan.writes:
+    for write in plan:
         for key, kept in write.scopes:
             assert key.channel_id == snap.args.channel_id
             assert key.kind == "server" or key.owner_id == snap.args.user_id
@@ -133,14 +133,14 @@ def test_nothing_is_written_for_a_stopped_turn_or_without_a_reply(
     snap: rules.Snapshot, history: list[Message], said: list[Reply], stopped: bool
 ) -> None:
     if stopped or not any(r.text.strip() for r in said):
-        assert _plan(snap, history, said, stopped=stopped).writes == []
+        assert _plan(snap, history, said, stopped=stopped) == []
 
 
 @given(snapshots(), st.lists(messages, max_size=8), replies, st.booleans())
 def test_the_counter_steps_only_on_tool_capable_turns_not_upgraded(
     snap: rules.Snapshot, history: list[Message], said: list[Reply], upgraded: bool
 ) -> None:
-    for write in _plan(snap, history, said, upgraded=upgraded).writes:
+    for write in _plan(snap, history, said, upgraded=upgraded):
         if upgraded or not rules.tool_possible(snap):
             assert write.increment is None
         else:
@@ -153,6 +153,7 @@ def test_an_upgrade_writes_what_a_capture_writes(snap: rules.Snapshot) -> None:
     plan = _plan(snap, [], [Reply("ok")])
     assert _written(plan) == scopes
     assert (live.kind == "server") == (snap.args.server_id is not None)
+    assert live == rules.live_scope(snap, snap.args.persona_id)
 
 
 @given(snapshots(), st.booleans(), st.booleans(), st.booleans())

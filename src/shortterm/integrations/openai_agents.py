@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..memory.turn_args import TurnArgs
@@ -100,7 +99,7 @@ class ShortTermSession:
     # -- the turn of the run in progress ------------------------------------------------
 
     def _new_turn(self, user_message: str) -> Turn:
-        args = replace(self._args, user_message=user_message, has_tools=self._tool_offered)
+        args = self._args.replaced(user_message=user_message, has_tools=self._tool_offered)
         return self.memory.turn_from(args)
 
     def _current_turn(self) -> Turn:

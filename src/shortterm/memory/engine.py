@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ..cache.base import HotTier
@@ -44,7 +45,6 @@ from .engine_forget import Forgetting, UnsureForget
 from .engine_parts import EngineParts
 from .engine_settings import SettingsWriter
 from .follower import JournalFollower
-from .forwarded import Forwarded
 from .health import Health
 from .hydration import hydrate
 from .known_settings import KnownSettings
@@ -106,13 +106,14 @@ class Engine:
             else None
         )
 
-    store = Forwarded[Store]("tiers")
-    cache = Forwarded[HotTier]("tiers")
+    def operation(self) -> AbstractContextManager[None]:
+        """One public call as one hot-tier operation (see ``HotTier.operation``)."""
+        return self.tiers.cache.operation()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, *, hydrate: bool = True) -> None:
-        store = self.store
+        store = self.tiers.store
         await store.migrate()
         now = self.clock()
         # The position first: whatever is journaled while we load is read again later.
@@ -126,7 +127,7 @@ class Engine:
         known.checked_at = now
         if hydrate:
             await self._hydrate(now)
-            if self.write_behind is not None and self.cache.complete and quiet is not None:
+            if self.write_behind is not None and self.tiers.cache.complete and quiet is not None:
                 await self.write_behind.prove_whole(quiet)
         if self.config.sweep_interval_s > 0:
             self.sweeper = asyncio.get_running_loop().create_task(
@@ -142,7 +143,7 @@ class Engine:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.sweep_interval_s)
-            await self.cache.sweep(self.clock())
+            await self.tiers.cache.sweep(self.clock())
 
     async def close(self) -> None:
         await self.journal.close()
@@ -152,8 +153,8 @@ class Engine:
                 await self.sweeper
         if self.write_behind is not None:
             await self.write_behind.close()
-        await self.cache.close()
-        await self.store.close()
+        await self.tiers.cache.close()
+        await self.tiers.store.close()
 
     async def _settle_forgets(self) -> None:
         await self.forgets.settle()
@@ -180,9 +181,10 @@ class Engine:
         return WriteFence(self.journal.head, triggerer, store_down=not followed)
 
     async def refresh_settings(self) -> None:
-        """Follow the journal, then :meth:`look_back`."""
+        """Follow the journal, then :meth:`look_back` when it is due."""
         await self.journal.follow()
-        await self.look_back()
+        if self.known_settings.due(self.clock(), self.config.settings_refresh_s):
+            await self.look_back()
 
     async def look_back(self) -> None:
         """Pick up settings other processes changed the old way (rows written by earlier
@@ -197,8 +199,8 @@ class Engine:
         # on every turn) the overlap must still cover a commit in flight and clock skew.
         since = known.checked_at - max(interval, _SETTINGS_OVERLAP_S)
         known.checked_at = now
-        known.put_servers(await self.store.server_settings_since(since))
-        known.put_users(await self.store.user_settings_since(since))
+        known.put_servers(await self.tiers.store.server_settings_since(since))
+        known.put_users(await self.tiers.store.user_settings_since(since))
 
     def snapshot(self, args: TurnArgs) -> rules.Snapshot:
         """The turn under the settings known now."""
@@ -214,7 +216,7 @@ class Engine:
         now = self.clock()
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)
-        cache = self.cache
+        cache = self.tiers.cache
         entry = await cache.get(key, now)
         if (
             entry is None
@@ -230,10 +232,10 @@ class Engine:
         lands while the row is in flight wins over it."""
         await self.flush()
         fence = WriteFence(self.journal.head)
-        row = await self.store.load(key)
+        row = await self.tiers.store.load(key)
         self.health.count("read_through")
         if row is not None:
-            await self.cache.apply_rows([row], now, fence)
+            await self.tiers.cache.apply_rows([row], now, fence)
         return row
 
     async def owner_entries(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
@@ -242,12 +244,12 @@ class Engine:
         now = self.clock()
         if self._unsure:
             await self._settle(kind, owner_id, now)
-        cache = self.cache
+        cache = self.tiers.cache
         entries, complete = await cache.owner_entries(kind, owner_id, now)
         if not complete:
             await self.flush()
             fence = WriteFence(self.journal.head)
-            rows = await self.store.load_owner(kind, owner_id)
+            rows = await self.tiers.store.load_owner(kind, owner_id)
             self.health.count("read_through")
             await cache.apply_rows(rows, now, fence)
             await cache.mark_complete(kind, owner_id)
@@ -260,10 +262,10 @@ class Engine:
         for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
             await self.flush()
             fence = WriteFence(self.journal.head)
-            row = await self.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
+            row = await self.tiers.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
             self._unsure.discard(kt)
             if row is not None:
-                await self.cache.apply_rows([row], now, fence)
+                await self.tiers.cache.apply_rows([row], now, fence)
 
     # -- capture --------------------------------------------------------------------------
 
@@ -283,26 +285,28 @@ class Engine:
         if fence is None:
             fence = await self.begin_write(args.user_id)
         # The journal was followed where the fence was taken: only the look-back remains.
-        await self.look_back()
-        known = self.known_settings
-        plan = rules.plan_capture(
+        now = self.clock()
+        if self.known_settings.due(now, self.config.settings_refresh_s):
+            await self.look_back()
+            now = self.clock()
+        writes = rules.plan_capture(
             self.snapshot(args),
             history,
             replies,
             stopped=stopped,
-            full_users=known.full_privacy_users,
+            full_users=self.known_settings.full_privacy_users,
             upgraded=upgraded,
-            now=self.clock(),
+            now=now,
         )
-        if not plan.writes:
+        if not writes:
             self.health.count("captures_skipped")
             return
-        for write in plan.writes:
+        for write in writes:
             # Every persona's write carries the same fence: a forget landing during the first
             # one's write also drops the next ones.
             meta = self.scope_meta(write.meta)
             await self.write_capture(
-                write.scopes, meta, increment=write.increment, fence=fence, now=plan.now
+                write.scopes, meta, increment=write.increment, fence=fence, now=now
             )
         self.health.count("captures")
 
@@ -336,7 +340,7 @@ class Engine:
         try:
             if fence.store_down:
                 raise StoreUnavailable(self.journal.error)
-            rows = await self.store.touch(
+            rows = await self.tiers.store.touch(
                 [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
             )
             self.health.ok()
@@ -360,7 +364,7 @@ class Engine:
                 if (row := durable.get(key.astuple)) is not None
             ]
         applied = len(hot) == len(scopes)
-        if hot and await self.cache.capture_scopes(hot, meta, now, fence) < len(hot):
+        if hot and await self.tiers.cache.capture_scopes(hot, meta, now, fence) < len(hot):
             applied = False
         if not applied:
             self.health.count("fenced_writes")
@@ -379,7 +383,7 @@ class Engine:
         """The hot half of a capture now, the durable half buffered. Every scope is
         buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
         hot = [(key, messages, None) for key, messages in scopes]
-        applied = await self.cache.capture_scopes(hot, meta, now, fence, step=increment)
+        applied = await self.tiers.cache.capture_scopes(hot, meta, now, fence, step=increment)
         if wb.add([key for key, _ in scopes], meta, increment, fence, now, cold):
             await wb.flush()  # the turn bound: this capture pays for the batch
         if applied < len(hot):
@@ -412,7 +416,7 @@ class Engine:
         if fence.store_down:
             await self.flush()
             raise StoreUnavailable(self.journal.error)
-        store = self.store
+        store = self.tiers.store
         try:
             if wb is None:
                 rows = await store.write_distilled(
@@ -435,7 +439,7 @@ class Engine:
             raise
         if len(rows) < len(scopes):
             self.health.count("fenced_writes")
-        cache = self.cache
+        cache = self.tiers.cache
         try:
             await cache.apply_rows(rows, now, fence)
         except StoreUnavailable as exc:
@@ -452,7 +456,7 @@ class Engine:
         """An admin edit of one scope, durable; what the scope remembers after it."""
         fence = await self.begin_write()
         await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
-        return await self.cache.get(key, self.clock())
+        return await self.tiers.cache.get(key, self.clock())
 
     async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
         """Whole durable rows (checked by the caller), fenced, then mirrored in the hot tier;
@@ -468,15 +472,15 @@ class Engine:
         ]
         if self.write_behind is not None:
             self.write_behind.note_private(r.key for r in allowed if r.meta.private)
-        written = await self.store.put_rows(allowed, fence=fence)
+        written = await self.tiers.store.put_rows(allowed, fence=fence)
         self.health.count("fenced_writes", len(allowed) - len(written))
-        await self.cache.apply_rows(written, self.clock(), fence)
+        await self.tiers.cache.apply_rows(written, self.clock(), fence)
         return written
 
     # -- observability --------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.cache.stats())
+        out: dict[str, Any] = dict(self.tiers.cache.stats())
         out.update(self.health.counts())
         out["lost_counter_steps"] = 0
         if self.write_behind is not None:

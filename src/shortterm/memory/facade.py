@@ -69,7 +69,7 @@ def one_call(
 
     @functools.wraps(method)
     async def call(self: _M, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self.cache.operation():
+        with self._engine.operation():
             return await method(self, *args, **kwargs)
 
     return call
@@ -222,18 +222,22 @@ class Memory(ClosedOnExit):
 
     def turn(self, **kwargs: Any) -> Turn:
         """Start a turn (no I/O). See :class:`shortterm.Turn` for the arguments."""
-        return self.turn_from(TurnArgs(**kwargs))
+        return Turn(self._open_engine(), TurnArgs(**kwargs))
 
     def turn_from(
         self, args: TurnArgs, *, upgraded: bool = False, shared: SharedGuard | None = None
     ) -> Turn:
         """A turn of ``args`` (no I/O): one kept elsewhere and rebuilt (``upgraded``: it was
         upgraded already; ``shared``: the guard the processes serving it share)."""
-        if self._closed:
-            raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
         if not isinstance(args, TurnArgs):
             raise InvalidInput("args", args, "a shortterm TurnArgs")
-        return Turn(self._engine, args, upgraded=upgraded, shared=shared)
+        return Turn(self._open_engine(), args, upgraded=upgraded, shared=shared)
+
+    def _open_engine(self) -> Engine:
+        """The engine, for a new turn: none on a closed memory."""
+        if self._closed:
+            raise InvalidInput("memory", "closed", "an open Memory (this one was closed)")
+        return self._engine
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -97,21 +97,23 @@ class _Reader:
             return await self.engine.get(key)
         except StoreUnavailable as exc:
             self._failed(exc)
-            return await self.engine.cache.get(key, self.engine.clock())
+            return await self.engine.tiers.cache.get(key, self.engine.clock())
 
     async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
         try:
             return await self.engine.owner_entries(kind, owner_id)
         except StoreUnavailable as exc:
             self._failed(exc)
-            entries, _ = await self.engine.cache.owner_entries(kind, owner_id, self.engine.clock())
+            entries, _ = await self.engine.tiers.cache.owner_entries(
+                kind, owner_id, self.engine.clock()
+            )
             return entries
 
     async def counter(self, key: ScopeKey, entry: Entry | None) -> int:
         if entry is not None:
             return entry.turns_since_refresh
         # Nothing live to show, but the counter may still be cached (``get`` read it through).
-        turns = await self.engine.cache.counter(key, self.engine.clock())
+        turns = await self.engine.tiers.cache.counter(key, self.engine.clock())
         return turns or 0
 
 
@@ -265,7 +267,7 @@ async def build_context(
     reader = _Reader(engine)
     await reader.refresh_settings()
     recall, personal, candidates = await _gather(engine, args, reader)
-    if engine.cache.journal_due(engine.journal.head) and await reader.follow_shared():
+    if engine.tiers.cache.journal_due(engine.journal.head) and await reader.follow_shared():
         # A shared hot tier's read returned a settings change newer than our position (a
         # privacy choice or a server's settings another process made after our last
         # follow): the journal is followed, and the entries gathered again under it.
@@ -280,7 +282,7 @@ async def build_context(
         if planned is not None:  # nothing to show takes no slot
             recollections.append(planned)
 
-    _, live_key = rules.scopes_written(recall.snap, args.persona_id)
+    live_key = rules.live_scope(recall.snap, args.persona_id)
     live: Entry | None = None
     if personal or live_key.kind == "server":
         live = await reader.get(live_key)

@@ -25,12 +25,12 @@ from ..tool import texts
 from .turn_args import TurnArgs
 
 __all__ = [
-    "CapturePlan",
     "ScopeWrite",
     "Snapshot",
     "admitted",
     "effective_privacy",
     "hidden_as_private",
+    "live_scope",
     "origin",
     "plan_capture",
     "reads_personal",
@@ -63,6 +63,15 @@ def effective_privacy(asked: Privacy, stored: UserSettings | None) -> Privacy:
 
 
 # -- scopes ---------------------------------------------------------------------------------
+
+
+def live_scope(snap: Snapshot, persona_id: str | None) -> ScopeKey:
+    """The scope that holds a channel's summary and cadence counter for a persona: the
+    channel's shared (server) scope in a guild, the user's scope in a DM."""
+    args = snap.args
+    if args.server_id is None:
+        return ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
+    return ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
 
 
 def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKey], ScopeKey]:
@@ -157,11 +166,6 @@ class ScopeWrite(NamedTuple):
     increment: ScopeKey | None
 
 
-class CapturePlan(NamedTuple):
-    writes: list[ScopeWrite]  # empty: the capture is skipped
-    now: float
-
-
 def _cap(text: str, cap: int) -> str:
     return text if len(text) <= cap else truncate(text, cap)
 
@@ -180,7 +184,7 @@ def admitted(
         if m.at is None or len(content) > cap:
             m = Message._unchecked(
                 m.role,
-                _cap(content, cap),
+                content if len(content) <= cap else truncate(content, cap),
                 m.author_id,
                 m.speaker,
                 now if m.at is None else m.at,
@@ -200,14 +204,14 @@ def plan_capture(
     full_users: Set[str],
     upgraded: bool,
     now: float,
-) -> CapturePlan:
+) -> list[ScopeWrite]:
     """What a capture writes: per reply persona, the newest ``max_messages`` of the admitted
     history and the replies into the scopes of :func:`scopes_written` (the user's own scope
     keeps only what they and the bot said). Nothing for a stopped turn, a turn without a
     non-blank reply or a full-privacy user. The live counter steps on turns that could be
-    offered the tool and were not upgraded."""
+    offered the tool and were not upgraded. Empty: the capture is skipped."""
     if stopped or not replies or snap.privacy is _FULL:
-        return CapturePlan([], now)
+        return []
     args, config = snap.args, snap.config
     cap = config.max_message_chars
     kept = admitted(history, full_users, now, cap)
@@ -218,7 +222,7 @@ def plan_capture(
             speaker = r.persona_name or args.bot_name
             kept.append(Message._unchecked("assistant", _cap(text, cap), None, speaker, now))
     if len(kept) == before:
-        return CapturePlan([], now)  # every reply was blank
+        return []  # every reply was blank
     limit = config.max_messages
     dialogue = tuple(kept[-limit:] if len(kept) > limit else kept)
     # The user's personal scope keeps only what they and the bot said: other people's
@@ -242,7 +246,7 @@ def plan_capture(
             continue  # a partial-privacy user in a DM: nothing personal is kept
         scopes = [(k, own if k.kind == "user" else dialogue) for k in keys]
         writes.append(ScopeWrite(scopes, meta_parts(snap, lineage), live if counts else None))
-    return CapturePlan(writes, now)
+    return writes
 
 
 # -- recall ---------------------------------------------------------------------------------

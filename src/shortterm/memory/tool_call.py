@@ -118,9 +118,9 @@ async def maintenance_due(engine: Engine, args: TurnArgs, guard: TurnGuard) -> b
     snap = engine.snapshot(args)
     if guard.refusal(snap) is not None:
         return False
-    _, key = rules.scopes_written(snap, args.persona_id)
+    key = rules.live_scope(snap, args.persona_id)
     now = engine.clock()
-    count = await engine.cache.counter(key, now)
+    count = await engine.tiers.cache.counter(key, now)
     if count is None:
         try:
             row = await engine.read_through(key, now)

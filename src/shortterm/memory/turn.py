@@ -113,7 +113,7 @@ class Turn:
     @property
     def live_key(self) -> ScopeKey:
         """The scope that holds this channel's summary and cadence counter for the persona."""
-        return rules.scopes_written(self.snapshot(), self.args.persona_id)[1]
+        return rules.live_scope(self.snapshot(), self.args.persona_id)
 
     @property
     def settings(self) -> ServerSettings:
@@ -165,13 +165,13 @@ class Turn:
         """Run a tool call the model made (``args``: a dict or a JSON string). ``ok`` is true
         only after the update is durable; otherwise ``message`` says why, for the model."""
         engine = self._engine
-        with engine.cache.operation():
+        with engine.operation():
             return await _tool.call_tool(engine, self.args, self.guard, name, args)
 
     async def maintenance_due(self) -> bool:
         """True when the tool is offered and the live counter reached the server's cadence."""
         engine = self._engine
-        with engine.cache.operation():
+        with engine.operation():
             return await _tool.maintenance_due(engine, self.args, self.guard)
 
     # -- the read path --------------------------------------------------------------------
@@ -192,7 +192,7 @@ class Turn:
         Splice the result into the dialogue with :func:`shortterm.inject`.
         """
         engine = self._engine
-        with engine.cache.operation():
+        with engine.operation():
             return await build_context(
                 engine, self.args, self.guard, max_tokens=max_tokens, count_tokens=count_tokens
             )
@@ -223,7 +223,7 @@ class Turn:
         if fence is not None and type(fence) is not WriteFence:
             raise InvalidInput("fence", fence, "None or what memory.begin_write() returned")
         engine = self._engine
-        with engine.cache.operation():
+        with engine.operation():
             await engine.capture(
                 self.args,
                 history,

@@ -7,10 +7,8 @@ turns across requests stores :meth:`TurnArgs.as_json` and rebuilds the same valu
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from ..model import Privacy, check_id, check_optional_text
 from ..model.errors import InvalidInput
@@ -20,21 +18,19 @@ __all__ = ["TurnArgs"]
 # The triggering text is only scanned for intent; nothing longer is useful for that.
 _MAX_USER_MESSAGE_CHARS = 20_000
 _MAX_NAME_CHARS = 200
-_NAMES = ("user_name", "bot_name", "server_name", "channel_name")  # display names
 
 
-def _name(field: str, value: object) -> str | None:
+def _name(changes: dict[str, Any], field: str, value: object) -> None:
     """A display name, cleaned and capped (never refused for its content); the bot's name
     (checked non-blank) stays as given when nothing is left of it."""
     cleaned = check_optional_text(field, value, _MAX_NAME_CHARS)
-    return (cleaned or cast(str, value)) if field == "bot_name" else cleaned
+    if field == "bot_name":
+        cleaned = cleaned or cast(str, value)
+    if cleaned is not value:
+        changes[field] = cleaned
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnArgs:
-    """The arguments of a turn, checked. Only ``user_id`` and ``channel_id`` are required;
-    ``server_id=None`` means a DM."""
-
+class _Fields(NamedTuple):
     user_id: str
     channel_id: str
     server_id: str | None = None
@@ -51,37 +47,58 @@ class TurnArgs:
     privacy: Privacy = Privacy.NONE
     locale: str | None = None
 
-    def __post_init__(self) -> None:
-        put = object.__setattr__  # normalised values replace what was passed
-        check_id("user_id", self.user_id)
-        check_id("channel_id", self.channel_id)
+
+class TurnArgs(_Fields):
+    """The arguments of a turn, checked: an immutable value, built from keywords only. Only
+    ``user_id`` and ``channel_id`` are required; ``server_id=None`` means a DM.
+
+    A named tuple rather than a frozen dataclass: one is built per turn, and a tuple is
+    built in one step where a frozen dataclass sets each field through ``object``."""
+
+    __slots__ = ()
+
+    def __new__(cls, **kwargs: Any) -> TurnArgs:
+        args: TurnArgs = _Fields.__new__(cls, **kwargs)
+        changes = args._normalised()
+        return args._replace(**changes) if changes else args
+
+    def _normalised(self) -> dict[str, Any] | None:
+        """Check every field; the fields whose normal form differs from what was passed
+        (``None``: none, the usual case)."""
+        user_id, channel_id, server_id, persona_id, lineage, message, user_name, bot_name = self[:8]
+        check_id("user_id", user_id)
+        check_id("channel_id", channel_id)
         # Optional arguments are mostly left out: the None test is inline, so leaving one
         # out costs nothing.
-        if self.server_id is not None:
-            check_id("server_id", self.server_id)
-        if self.persona_id is not None:
-            check_id("persona_id", self.persona_id)
-        if self.persona_lineage_id is not None:
-            check_id("persona_lineage_id", self.persona_lineage_id)
+        if server_id is not None:
+            check_id("server_id", server_id)
+        if persona_id is not None:
+            check_id("persona_id", persona_id)
+        if lineage is not None:
+            check_id("persona_lineage_id", lineage)
         if self.parent_channel_id is not None:
             check_id("parent_channel_id", self.parent_channel_id)
-        message = self.user_message
+        changes: dict[str, Any] = {}  # mostly left empty
         if not isinstance(message, str):
             raise InvalidInput("user_message", message, "a string")
         if len(message) > _MAX_USER_MESSAGE_CHARS:
-            put(self, "user_message", message[:_MAX_USER_MESSAGE_CHARS])
-        bot_name = self.bot_name
-        if bot_name != "Assistant" and (not isinstance(bot_name, str) or not bot_name.strip()):
-            raise InvalidInput("bot_name", bot_name, "a non-blank string")
-        for name in _NAMES:
-            value = getattr(self, name)
-            if value is not None and value != "Assistant":
-                put(self, name, _name(name, value))
+            changes["user_message"] = message[:_MAX_USER_MESSAGE_CHARS]
+        if bot_name != "Assistant":
+            if not isinstance(bot_name, str) or not bot_name.strip():
+                raise InvalidInput("bot_name", bot_name, "a non-blank string")
+            _name(changes, "bot_name", bot_name)
+        if user_name is not None:
+            _name(changes, "user_name", user_name)
+        if self.server_name is not None:
+            _name(changes, "server_name", self.server_name)
+        if self.channel_name is not None:
+            _name(changes, "channel_name", self.channel_name)
         provider = self.provider
         if provider is not None:
             if not isinstance(provider, str):
                 raise InvalidInput("provider", provider, "a provider name or None")
-            put(self, "provider", provider.lower() or None)
+            if provider != (lowered := provider.lower() or None):
+                changes["provider"] = lowered
         if self.has_tools is not True and self.has_tools is not False:
             raise InvalidInput("has_tools", self.has_tools, "True or False")
         if type(self.privacy) is not Privacy:
@@ -89,10 +106,15 @@ class TurnArgs:
         locale = self.locale
         if locale is not None and (not isinstance(locale, str) or not locale.strip()):
             raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
+        return changes or None
+
+    def replaced(self, **changes: Any) -> TurnArgs:
+        """These arguments with ``changes``, checked."""
+        return TurnArgs(**{**self._asdict(), **changes})
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON values (the privacy level by its value)."""
-        out = dataclasses.asdict(self)
+        out = self._asdict()
         out["privacy"] = self.privacy.value
         return out
 
