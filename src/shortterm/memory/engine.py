@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 from ..cache.base import HotTier
 from ..model import (
@@ -425,9 +425,9 @@ class Engine:
             else:
                 # The buffered touches commit in the same transaction, first: their steps
                 # land before a reset, never after it.
-                assert isinstance(store, BatchTouch)  # the write-behind's condition
+                batch = cast(BatchTouch, store)  # the write-behind's condition
                 rows = await wb.commit_with(
-                    lambda touches: store.write_distilled_after(
+                    lambda touches: batch.write_distilled_after(
                         touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
                     )
                 )
