@@ -333,9 +333,12 @@ class Engine:
             if meta.private:
                 wb.note_private(key for key, _ in scopes)
             if not fence.store_down and not self._unsure:
-                cold = wb.cold_keys([key for key, _ in scopes], meta, now)
+                keys = [key for key, _ in scopes]
+                cold = wb.cold_keys(keys, meta, now)
                 if cold is not None:
-                    return await self._capture_behind(wb, scopes, meta, increment, fence, now, cold)
+                    return await self._capture_behind(
+                        wb, keys, scopes, meta, increment, fence, now, cold
+                    )
         durable: dict[tuple[Any, ...], ScopeRow] | None
         try:
             if fence.store_down:
@@ -373,6 +376,7 @@ class Engine:
     async def _capture_behind(
         self,
         wb: WriteBehind,
+        keys: list[ScopeKey],
         scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
         meta: ScopeMeta,
         increment: ScopeKey | None,
@@ -384,7 +388,7 @@ class Engine:
         buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
         hot = [(key, messages, None) for key, messages in scopes]
         applied = await self.tiers.cache.capture_scopes(hot, meta, now, fence, step=increment)
-        if wb.add([key for key, _ in scopes], meta, increment, fence, now, cold):
+        if wb.add(keys, meta, increment, fence, now, cold):
             await wb.flush()  # the turn bound: this capture pays for the batch
         if applied < len(hot):
             self.health.count("fenced_writes")

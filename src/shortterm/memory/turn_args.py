@@ -58,13 +58,9 @@ class TurnArgs(_Fields):
     __slots__ = ()
 
     def __new__(cls, **kwargs: Any) -> TurnArgs:
-        args: TurnArgs = _Fields.__new__(cls, **kwargs)
-        changes = args._normalised()
-        return args._replace(**changes) if changes else args
-
-    def _normalised(self) -> dict[str, Any] | None:
-        """Check every field; the fields whose normal form differs from what was passed
-        (``None``: none, the usual case)."""
+        """Check every field; a field whose normal form differs from what was passed is
+        replaced (rarely: the usual name and message are kept as they are)."""
+        self: TurnArgs = _Fields.__new__(cls, **kwargs)
         user_id, channel_id, server_id, persona_id, lineage, message, user_name, bot_name = self[:8]
         check_id("user_id", user_id)
         check_id("channel_id", channel_id)
@@ -106,7 +102,7 @@ class TurnArgs(_Fields):
         locale = self.locale
         if locale is not None and (not isinstance(locale, str) or not locale.strip()):
             raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
-        return changes or None
+        return self._replace(**changes) if changes else self
 
     def replaced(self, **changes: Any) -> TurnArgs:
         """These arguments with ``changes``, checked."""
