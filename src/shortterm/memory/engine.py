@@ -72,7 +72,7 @@ class Engine:
         self.known_settings = KnownSettings()
         self.health = Health()
         # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
-        self.renders = RenderCache(0 if cache.shared else 1024)
+        self.renders = RenderCache(0 if cache.shared else 16384)
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.

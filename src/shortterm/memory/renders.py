@@ -23,27 +23,28 @@ class Rendered:
 
 
 class RenderCache:
-    """What the read path rendered, per entry view, for the most recent ``limit`` views.
+    """What the read path rendered, for the newest view of each of at most ``limit`` scopes.
 
-    Keyed by the view's identity, which is its revision: a hot tier replaces the view
-    whenever its entry changes (a capture, an edit, a forget, an expiry), so a rendering is
-    never shown for a changed or forgotten entry. The view is held with its rendering, so its
-    identity cannot be reused while it is cached."""
+    A hot tier replaces an entry's view whenever the entry changes (a capture, an edit, a
+    forget, an expiry), so the view's identity is its revision: a rendering is reused only for
+    the very view it was made from, never for a changed or forgotten entry. One slot per
+    scope: a newer view replaces the older one, which is then let go."""
 
-    def __init__(self, limit: int = 1024) -> None:  # ~5 kB a view of 10 messages
+    def __init__(self, limit: int = 16384) -> None:
         self._limit = limit
-        self._memos: dict[int, tuple[Entry, Rendered]] = {}
+        self._slots: dict[tuple[str, str, str, str | None], tuple[Entry, Rendered]] = {}
 
     def of(self, entry: Entry) -> Rendered:
         """The rendering of this view (a blank one the first time it is asked)."""
-        memos = self._memos
-        slot = memos.get(id(entry))
+        slots = self._slots
+        key = entry.key.astuple
+        slot = slots.get(key)
         if slot is not None and slot[0] is entry:
             return slot[1]
-        memo = Rendered()
+        rendered = Rendered()
         if self._limit <= 0:
-            return memo  # a hot tier that builds a fresh view per read: nothing to reuse
-        if slot is None and len(memos) >= self._limit:
-            del memos[next(iter(memos))]  # the oldest view first
-        memos[id(entry)] = (entry, memo)
-        return memo
+            return rendered  # a hot tier that builds a fresh view per read: nothing to reuse
+        if slot is None and len(slots) >= self._limit:
+            del slots[next(iter(slots))]  # the scope rendered longest ago goes first
+        slots[key] = (entry, rendered)
+        return rendered
