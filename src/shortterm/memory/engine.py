@@ -94,14 +94,7 @@ class Engine:
         self.settings = SettingsWriter(parts)
         self.forgets = Forgetting(parts, unsure_forgets)
         self.write_behind = (
-            WriteBehind(
-                self.tiers,
-                clock=clock,
-                health=self.health,
-                head=lambda: self.journal.head,
-                window_s=config.write_behind_ms / 1000,
-                max_turns=config.write_behind_turns,
-            )
+            WriteBehind(self.tiers, config, self.health, clock, lambda: self.journal.head)
             if WriteBehind.applies(config, self.tiers)
             else None
         )

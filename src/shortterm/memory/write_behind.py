@@ -77,20 +77,18 @@ class WriteBehind:
     def __init__(
         self,
         tiers: Tiers,
-        *,
-        clock: Callable[[], float],
+        config: Config,
         health: Health,
-        head: Callable[[], int],
-        window_s: float,
-        max_turns: int,
+        clock: Callable[[], float],
+        head: Callable[[], int],  # the journal position flushed rows are mirrored at
     ) -> None:
         # The shared holder, not the tiers themselves: a wrapper may replace one later.
         self._tiers = tiers
-        self._clock = clock
         self._health = health
-        self._head = head  # the journal position a flushed row is mirrored at
-        self._window_s = window_s
-        self._max_turns = max_turns
+        self._clock = clock
+        self._head = head
+        self._window_s = config.write_behind_ms / 1000
+        self._max_turns = config.write_behind_turns
         # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
         # parent, position), so a coalesced touch is fenced exactly as each of its captures
         # would be: a forget refuses the captures it covers and none that began after it.
