@@ -226,20 +226,23 @@ def test_private_channels_show_only_inside_their_own_server(
         assert not hidden
 
 
-@given(snapshots(), st.booleans(), st.none() | st.sampled_from(["g1", "g2"]))
+@given(snapshots(), st.booleans(), st.lists(st.none() | st.sampled_from(["g1", "g2"])))
 def test_personal_memory_crosses_servers_only_with_the_opt_in(
-    snap: rules.Snapshot, opted_in: bool, entry_server: str | None
+    snap: rules.Snapshot, opted_in: bool, servers: list[str | None]
 ) -> None:
     here = snap.args.server_id
     if not rules.reads_personal(snap, opted_in):
         return
     assert snap.privacy is Privacy.NONE
-    recalled = rules.recalls_personal(snap, opted_in, entry_server)
-    if here is not None:
-        assert opted_in  # a guild shows personal memory only with the opt-in
-        assert recalled == (entry_server != here)
-    elif not opted_in:
-        assert recalled == (entry_server is None)  # a DM without it: other DMs only
+    entries = [_entry("user", snap.args.user_id, "c", server, False) for server in servers]
+    recalled = rules.recalled_personal(snap, opted_in, entries)
+    assert all(e in entries for e in recalled)
+    for e in entries:
+        if here is not None:
+            assert opted_in  # a guild shows personal memory only with the opt-in
+            assert (e in recalled) == (e.server_id != here)
+        elif not opted_in:
+            assert (e in recalled) == (e.server_id is None)  # a DM without it: other DMs only
 
 
 @given(snapshots(), st.sampled_from(["user", "server"]), st.sets(st.sampled_from(["u2", "u3"])))

@@ -239,11 +239,7 @@ async def _gather(
         shared = await reader.owner("server", args.server_id)
         candidates = recall.candidates(shared, server_scope=True)
     if rules.reads_personal(snap, opted_in):
-        mine = [
-            e
-            for e in await reader.owner("user", args.user_id)
-            if rules.recalls_personal(snap, opted_in, e.server_id)
-        ]
+        mine = rules.recalled_personal(snap, opted_in, await reader.owner("user", args.user_id))
         candidates += recall.candidates(mine, server_scope=False)
     candidates.sort(key=_newest, reverse=True)
     return recall, personal, candidates

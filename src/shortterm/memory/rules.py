@@ -34,7 +34,7 @@ __all__ = [
     "origin",
     "plan_capture",
     "reads_personal",
-    "recalls_personal",
+    "recalled_personal",
     "refusal",
     "scopes_written",
     "shown_messages",
@@ -261,14 +261,16 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
     return opted_in if snap.args.server_id is not None else True
 
 
-def recalls_personal(snap: Snapshot, opted_in: bool, entry_server_id: str | None) -> bool:
-    """Whether one of the user's own entries (of ``entry_server_id``, ``None``: a DM) may be
-    recalled, when :func:`reads_personal`: in a guild, those of other servers and DMs; in a
-    DM, other DMs, and with the opt-in servers too."""
+def recalled_personal(snap: Snapshot, opted_in: bool, entries: list[Entry]) -> list[Entry]:
+    """Which of the user's own entries may be recalled, when :func:`reads_personal`: in a
+    guild, those of other servers and DMs; in a DM, other DMs, and with the opt-in servers
+    too."""
     here = snap.args.server_id
     if here is not None:
-        return entry_server_id != here
-    return opted_in or entry_server_id is None
+        return [e for e in entries if e.server_id != here]
+    if opted_in:
+        return entries
+    return [e for e in entries if e.server_id is None]
 
 
 def server_of(entry: Entry) -> str | None:
