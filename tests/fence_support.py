@@ -70,7 +70,8 @@ class Seen:
     def watch(self, memory: shortterm.Memory) -> None:
         """Record each write's beginning: after ``begin_write`` returned, so a token marked
         as begun before the clear really read its fence before the clear started."""
-        original = memory.begin_write
+        engine = memory.engine  # where turns and the facade begin their writes
+        original = engine.begin_write
 
         async def recording(triggerer: str | None = None) -> WriteFence:
             fence = await original(triggerer)
@@ -79,7 +80,7 @@ class Seen:
                 self.began_before_clear.add(token)
             return fence
 
-        memory.begin_write = recording  # type: ignore[method-assign]
+        engine.begin_write = recording  # type: ignore[method-assign]
 
 
 async def with_token(token: str, work: Callable[[], Awaitable[Any]]) -> Any:

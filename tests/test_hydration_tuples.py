@@ -289,7 +289,7 @@ async def test_a_forget_landing_while_hydrating_wins(tmp_path: Path) -> None:
             clock=lambda: NOW,
         )
         box.append(memory)
-        await memory._start()
+        await memory.start()
         cache = memory.cache
         assert isinstance(cache, InProcessCache)
         assert forgotten(set(cache._entries), kind, subject) == [], (i, kind, subject)

@@ -37,7 +37,8 @@ class Began(Seen):
         self.at: dict[str, float] = {}
 
     def watch(self, memory: shortterm.Memory) -> None:
-        original = memory.begin_write
+        engine = memory.engine  # where turns and the facade begin their writes
+        original = engine.begin_write
 
         async def recording(triggerer: str | None = None) -> Any:
             fence = await original(triggerer)
@@ -46,7 +47,7 @@ class Began(Seen):
                 self.at.setdefault(token, time.monotonic())
             return fence
 
-        memory.begin_write = recording  # type: ignore[method-assign]
+        engine.begin_write = recording  # type: ignore[method-assign]
 
 
 async def _until(t: float) -> None:
@@ -198,7 +199,7 @@ async def main(store_url: str, cache_url: str, jitter_seed: str | None) -> None:
                 await memory.journal.follow()
                 return WriteFence(2**62, triggerer)
 
-            memory.begin_write = no_fence  # type: ignore[method-assign]
+            memory.engine.begin_write = no_fence  # type: ignore[method-assign]
         began = Began()
         began.watch(memory)
         await serve(lambda cmd: handle(memory, began, cmd))

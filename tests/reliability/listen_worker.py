@@ -32,7 +32,7 @@ class Bot:
     def __init__(self, memory: shortterm.Memory) -> None:
         self.memory = memory
         self.report = False  # say "began" at the next fence read
-        original = memory.begin_write
+        original = memory.engine.begin_write
 
         async def reporting(triggerer: str | None = None) -> WriteFence:
             fence = await original(triggerer)
@@ -41,7 +41,7 @@ class Bot:
                 print(json.dumps({"ok": "began"}), flush=True)
             return fence
 
-        memory.begin_write = reporting  # type: ignore[method-assign]
+        memory.engine.begin_write = reporting  # type: ignore[method-assign]
 
     async def handle(self, cmd: dict[str, Any]) -> Any:
         op, memory = cmd["op"], self.memory

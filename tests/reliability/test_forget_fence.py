@@ -164,7 +164,7 @@ async def test_the_race_finds_a_disabled_fence(tmp_path: Path) -> None:
             await memory.journal.follow()
             return WriteFence(2**62, triggerer)  # no forget can ever cover such a write
 
-        memory.begin_write = no_fence  # type: ignore[method-assign]
+        memory.engine.begin_write = no_fence  # type: ignore[method-assign]
         bad, _ = await _resurrections(memory, b, 100, seed=99)
     print(f"\nfence disabled: {bad} of 100 rounds with a resurrection")
     assert bad > 0

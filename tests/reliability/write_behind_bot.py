@@ -45,14 +45,14 @@ async def main(url: str, mode: str, window_ms: int, turns: int) -> None:
     async with shortterm.open(store=url, config=config) as memory:
         assert memory.write_behind is not None or window_ms == 0
         positions: list[int] = []
-        original = memory.begin_write
+        original = memory.engine.begin_write
 
         async def recording(triggerer: str | None = None) -> WriteFence:
             fence = await original(triggerer)
             positions.append(fence.position)
             return fence
 
-        memory.begin_write = recording  # type: ignore[method-assign]
+        memory.engine.begin_write = recording  # type: ignore[method-assign]
         print("ready", flush=True)
         i = 0
         while not stop.exists():  # noqa: ASYNC240 (a test worker: one stat per turn)

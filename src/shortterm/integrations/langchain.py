@@ -43,7 +43,7 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..memory.tool_call import turn_spec
+from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
@@ -88,10 +88,10 @@ class SyncInsideLoop(ShortTermError, RuntimeError):
 class ShortTermChatHistory(BaseChatMessageHistory):
     """One user's conversation in one channel, as LangChain chat history.
 
-    ``server_id=None`` means a DM. ``turn_options`` go to ``memory.turn(...)`` for every turn
-    (``persona_id``, ``user_name``, ``bot_name``, ``server_name``, ``channel_name``,
-    ``provider``, ``has_tools``, ``privacy``, ``user_message``, ...); pass
-    ``has_tools=False`` when the model is not given :meth:`tools`, so no nudge names it.
+    The keyword arguments other than those below are those of ``memory.turn(...)`` (see
+    ``TurnArgs``: ``user_id`` and ``channel_id`` required, ``server_id=None`` a DM), used for
+    every turn; pass ``has_tools=False`` when the model is not given :meth:`tools`, so no
+    nudge names it.
     ``max_tokens`` bounds what the read path adds (see :meth:`shortterm.Turn.context`).
     """
 
@@ -99,23 +99,15 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         self,
         memory: Memory,
         *,
-        user_id: str,
-        channel_id: str,
-        server_id: str | None = None,
         max_tokens: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         sync_timeout_s: float = SYNC_TIMEOUT_S,
-        **turn_options: Any,
+        **turn: Any,
     ) -> None:
         super().__init__()
         self.memory = memory
-        self._options: dict[str, Any] = {
-            **turn_options,
-            "user_id": user_id,
-            "channel_id": channel_id,
-            "server_id": server_id,
-        }
-        self.turn: Turn = memory.turn(**self._options)  # validates every option now
+        self._args = TurnArgs(**turn)  # validates every argument now
+        self.turn: Turn = memory.turn_from(self._args)
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
         ):
@@ -190,13 +182,13 @@ class ShortTermChatHistory(BaseChatMessageHistory):
                 history.append(self._as_shortterm(m))
         await turn.capture(history, [Reply(_text(m)) for m in answers], fence=fence)
         self._pending = []
-        self.turn = self.memory.turn(**self._options)  # the next answer is a new turn
+        self.turn = self.memory.turn_from(self._args)  # the next answer is a new turn
 
     async def aclear(self) -> None:
         """Forget this channel, like ``/refresh``: every user, persona and scope of it."""
         await self.memory.clear_channel(self.turn.channel_id)
         self._pending.clear()
-        self.turn = self.memory.turn(**self._options)
+        self.turn = self.memory.turn_from(self._args)
 
     # -- sync: the same, on the memory's loop ------------------------------------------------
 
@@ -266,7 +258,7 @@ def memory_tool(history: ShortTermChatHistory) -> StructuredTool:
     give (summary or categories), every call through :meth:`shortterm.Turn.call_tool` of the
     history's turn in progress, so the guards, checks and the durable write are shortterm's.
     Its result is the message for the model; a refused call says why."""
-    spec = render(turn_spec(history.turn), "mcp")
+    spec = render(history.turn.tool_spec(), "mcp")
 
     async def update(**arguments: Any) -> str:
         result = await history.turn.call_tool(TOOL_NAME, arguments)

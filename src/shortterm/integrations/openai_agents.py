@@ -33,8 +33,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..memory.tool_call import turn_spec
-from ..model import Message, Privacy, Reply, ScopeKey
+from ..memory.turn_args import TurnArgs
+from ..model import Message, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput
 from ..prompt.context import Context
 from ..prompt.inject import inject
@@ -57,13 +57,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ShortTermSession"]
 
+_SET_PER_RUN = ("user_message", "has_tools")  # the run's own, not the session's
+
 
 class ShortTermSession:
     """The Agents SDK ``Session`` protocol over a :class:`shortterm.Memory`.
 
-    Keyword arguments are those of ``memory.turn(...)`` that describe who talks where;
-    ``session_id`` defaults to a string naming the scope. ``session_settings`` is the SDK's
-    (e.g. ``SessionSettings(limit=6)``).
+    Keyword arguments are those of ``memory.turn(...)`` (see ``TurnArgs``), but for the two
+    each run sets (``user_message``, ``has_tools``). ``session_id`` defaults to a string naming
+    the scope. ``session_settings`` is the SDK's (e.g. ``SessionSettings(limit=6)``).
     """
 
     session_settings: SessionSettings | None
@@ -72,38 +74,17 @@ class ShortTermSession:
         self,
         memory: Memory,
         *,
-        user_id: str,
-        channel_id: str,
-        server_id: str | None = None,
-        persona_id: str | None = None,
-        persona_lineage_id: str | None = None,
-        user_name: str | None = None,
-        bot_name: str = "Assistant",
-        server_name: str | None = None,
-        channel_name: str | None = None,
-        parent_channel_id: str | None = None,
-        privacy: Privacy = Privacy.NONE,
-        locale: str | None = None,
         session_id: str | None = None,
         session_settings: SessionSettings | None = None,
+        **turn: Any,
     ) -> None:
         self.memory = memory
-        self._turn_args: dict[str, Any] = {
-            "user_id": user_id,
-            "channel_id": channel_id,
-            "server_id": server_id,
-            "persona_id": persona_id,
-            "persona_lineage_id": persona_lineage_id,
-            "user_name": user_name,
-            "bot_name": bot_name,
-            "server_name": server_name,
-            "channel_name": channel_name,
-            "parent_channel_id": parent_channel_id,
-            "privacy": privacy,
-            "locale": locale,
-        }
+        for name in _SET_PER_RUN:
+            if name in turn:
+                raise TypeError(f"ShortTermSession() sets {name} on each run; leave it out")
+        self._args = TurnArgs(**turn)  # checks every argument now, not at the first run
         self._tool_offered = False
-        probe = self._new_turn("")  # checks every argument now, not at the first run
+        probe = self._new_turn("")
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise InvalidInput("session_id", session_id, "a non-empty string or None")
         self.session_id = session_id or _describe(probe.live_key)
@@ -118,9 +99,8 @@ class ShortTermSession:
     # -- the turn of the run in progress ------------------------------------------------
 
     def _new_turn(self, user_message: str) -> Turn:
-        return self.memory.turn(
-            **self._turn_args, user_message=user_message, has_tools=self._tool_offered
-        )
+        args = self._args.replaced(user_message=user_message, has_tools=self._tool_offered)
+        return self.memory.turn_from(args)
 
     def _current_turn(self) -> Turn:
         if self._turn is None:
@@ -169,8 +149,8 @@ class ShortTermSession:
                         Message(
                             "user",
                             text,
-                            author_id=self._turn_args["user_id"],
-                            speaker=self._turn_args["user_name"],
+                            author_id=self._args.user_id,
+                            speaker=self._args.user_name,
                             at=self.memory.clock(),
                         )
                     )
@@ -199,7 +179,7 @@ class ShortTermSession:
             self._said.clear()
             self._replies.clear()
             self._turn = None
-            await self.memory.clear_channel(self._turn_args["channel_id"])
+            await self.memory.clear_channel(self._args.channel_id)
 
     # -- the memory tool ------------------------------------------------------------------
 
@@ -215,7 +195,7 @@ class ShortTermSession:
         self._tool_offered = True
         self._turn = None
         turn = self._current_turn()
-        spec = render(turn_spec(turn), "openai-responses")
+        spec = render(turn.tool_spec(), "openai-responses")
 
         async def invoke(_ctx: ToolContext[Any], arguments: str) -> str:
             result = await self._current_turn().call_tool(TOOL_NAME, arguments)
@@ -236,11 +216,11 @@ class ShortTermSession:
     # -- helpers ----------------------------------------------------------------------------
 
     def _reply(self, text: str) -> Message:
-        return Message("assistant", text, speaker=self._turn_args["bot_name"])
+        return Message("assistant", text, speaker=self._args.bot_name)
 
     def _as_item(self, message: Message) -> TResponseInputItem:
         content = message.content
-        others = message.author_id is not None and message.author_id != self._turn_args["user_id"]
+        others = message.author_id is not None and message.author_id != self._args.user_id
         if message.role == "user" and others and message.speaker:
             content = f"{message.speaker}: {content}"  # someone else in a multi-party channel
         return {"role": message.role, "content": content}
@@ -255,7 +235,7 @@ class ShortTermSession:
         # stored messages it extends cannot come back.
         fence = await self.memory.begin_write(turn.user_id)
         history = [*await self._stored(turn), *self._said]
-        replies = [Reply(text, persona_id=self._turn_args["persona_id"]) for text in self._replies]
+        replies = [Reply(text, persona_id=self._args.persona_id) for text in self._replies]
         await turn.capture(history=history, replies=replies, fence=fence)
         self._said.clear()
         self._replies.clear()

@@ -8,25 +8,31 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import EllipsisType
+from typing import TYPE_CHECKING, TypedDict
 
 from ..model import ScopeKind, ScopeRow, ServerSummary, check_optional_id
 from ..model.errors import InvalidInput
 from ..store.base import Store
 
-__all__ = ["MAX_SERVERS_PAGE", "export_rows", "find_rows", "servers"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["MAX_SERVERS_PAGE", "RowFilters", "export_rows", "find_rows", "servers"]
 
 MAX_SERVERS_PAGE = 1000
 
 
-async def find_rows(
-    store: Store,
-    *,
-    kind: ScopeKind | None = None,
-    server_id: str | None = None,
-    channel_id: str | None = None,
-    user_id: str | None = None,
-    persona_id: str | EllipsisType | None = ...,
-) -> list[ScopeRow]:
+class RowFilters(TypedDict, total=False):
+    """The filters of :func:`find_rows`, each optional."""
+
+    kind: ScopeKind | None
+    server_id: str | None
+    channel_id: str | None
+    user_id: str | None
+    persona_id: str | EllipsisType | None
+
+
+async def find_rows(store: Store, **filters: Unpack[RowFilters]) -> list[ScopeRow]:
     """Durable rows matching every filter given, sorted by key (an admin view: values
     are shown as stored, expired or not; messages live in the hot tier only).
 
@@ -36,6 +42,14 @@ async def find_rows(
     persona, or an id. User scopes of a server are listed with ``user_id`` or
     ``channel_id`` (they are indexed by user and by channel, not by server).
     """
+    unknown = sorted(filters.keys() - RowFilters.__optional_keys__)
+    if unknown:
+        raise TypeError(f"find_rows() got an unexpected keyword argument {unknown[0]!r}")
+    kind = filters.get("kind")
+    server_id = filters.get("server_id")
+    channel_id = filters.get("channel_id")
+    user_id = filters.get("user_id")
+    persona_id = filters.get("persona_id", ...)
     if kind is not None and kind not in ("user", "server"):
         raise InvalidInput("kind", kind, "'user', 'server' or None")
     check_optional_id("server_id", server_id)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from contextlib import suppress
-from typing import TYPE_CHECKING
 
 from ..cache.base import PrivateTier
 from ..model import ScopeKey
 from ..model.errors import StoreUnavailable
 from ..model.fence import EVERY_TARGET, JournalEntry, WriteFence
-
-if TYPE_CHECKING:
-    from .facade import Memory
+from .health import Health
+from .known_settings import KnownSettings
+from .tiers import Tiers
 
 __all__ = ["DEGRADED_FOLLOW_WAIT_S", "JournalFollower"]
 
@@ -33,13 +32,28 @@ DEGRADED_FOLLOW_WAIT_S = 0.1
 
 
 class JournalFollower:
-    """The journal position of one ``Memory``: every forget and settings change up to
-    ``head`` is reflected in this process (hot tier, tombstones, settings)."""
+    """The journal position of one engine: every forget and settings change up to ``head``
+    is reflected in this process (hot tier, tombstones, settings)."""
 
-    def __init__(self, memory: Memory, reload: Callable[[float], Awaitable[None]]) -> None:
-        # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
-        self._memory = memory
+    def __init__(
+        self,
+        tiers: Tiers,
+        *,
+        clock: Callable[[], float],
+        health: Health,
+        known: KnownSettings,
+        reload: Callable[[float], Awaitable[None]],
+        unsure_forgets: Sized,
+        settle_forgets: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._tiers = tiers
+        self._clock = clock
+        self._health = health
+        self._known = known
         self._reload = reload  # loads the durable rows into an emptied private hot tier
+        # Our forgets of unknown outcome (a live view), retried before anything is followed.
+        self._unsure_forgets = unsure_forgets
+        self._settle_forgets = settle_forgets
         self.head = 0
         self.behind = False  # a journal read failed: read it on the next call
         self.error = ""  # why the last journal read failed
@@ -48,9 +62,9 @@ class JournalFollower:
 
     async def start(self) -> None:
         """Take the journal's current end as our position, and the current state as seen."""
-        store = self._memory.store
+        store = self._tiers.store
         # A shared hot tier's floor first: our position is then at or above it.
-        await self._memory.cache.restore_floor(store.journal_head)
+        await self._tiers.cache.restore_floor(store.journal_head)
         self.head = await store.journal_head()
         store.journal_moved()
 
@@ -60,13 +74,13 @@ class JournalFollower:
         False when the durable tier is failing: our position stays, and a write fenced at it
         can only be dropped too often, never resurrect anything; the journal is read once it
         is back."""
-        m = self._memory
-        if m.unsure_forgets:
-            await m.settle_forgets()
-        if m.health.degraded:
+        if self._unsure_forgets:
+            await self._settle_forgets()
+        if self._health.degraded:
             return await self._follow_degraded()
+        tiers = self._tiers
         try:
-            if m.store.journal_moved() or self.behind or m.cache.journal_due(self.head):
+            if tiers.store.journal_moved() or self.behind or tiers.cache.journal_due(self.head):
                 self.behind = True
                 await self.follow_shared()
                 self.behind = False
@@ -79,8 +93,8 @@ class JournalFollower:
         """:meth:`catch_up`, after what a shared hot tier reported (``HotTier.journal_due``):
         its floor set again if it lost its data, and our position brought up to that floor
         and past any newer settings change its reads returned. A read may call it mid-call."""
-        m = self._memory
-        floor = await m.cache.restore_floor(m.store.journal_head)
+        tiers = self._tiers
+        floor = await tiers.cache.restore_floor(tiers.store.journal_head)
         await self.catch_up()
         # Every entry up to the floor was committed when it was set, and catch_up applied
         # those still kept: the position may stand on the floor even if its entry is gone.
@@ -88,8 +102,8 @@ class JournalFollower:
 
     def _failed(self, exc: StoreUnavailable) -> None:
         self.error = str(exc)
-        self._memory.health.count("journal_errors")
-        self._memory.health.failed("journal read", exc, counted=False)
+        self._health.count("journal_errors")
+        self._health.failed("journal read", exc, counted=False)
 
     async def _follow_degraded(self) -> bool:
         """A process that knows the durable tier failed still reads the journal before it
@@ -118,7 +132,7 @@ class JournalFollower:
             self._failed(exc)
             return False
         self.behind = False
-        self._memory.health.ok()  # the journal answered: the durable tier is back
+        self._health.ok()  # the journal answered: the durable tier is back
         return True
 
     async def close(self) -> None:
@@ -132,13 +146,12 @@ class JournalFollower:
         this process wrote and already applied (a purge's scan of every entry need not run
         twice). A ``pruned`` entry newer than our position means entries we never applied
         are gone: a private hot tier is then dropped and reloaded (see :meth:`_gap`)."""
-        m = self._memory
         gap = False
         while True:
-            entries = await m.store.journal_since(self.head, limit=_JOURNAL_PAGE)
+            entries = await self._tiers.store.journal_since(self.head, limit=_JOURNAL_PAGE)
             if not entries:
                 break
-            now = m.clock()
+            now = self._clock()
             reload = False
             for entry in entries:
                 if entry.kind == "pruned":
@@ -149,7 +162,7 @@ class JournalFollower:
                 await self._reload_settings()
             # Only now: a write fenced at the new position relies on all of the above.
             self.head = max(self.head, entries[-1].seq)
-            m.health.count("journal_entries", len(entries))
+            self._health.count("journal_entries", len(entries))
             if len(entries) < _JOURNAL_PAGE:
                 break
         if gap:
@@ -160,15 +173,14 @@ class JournalFollower:
         forgot cannot be known. A private hot tier fences every write that began before now,
         drops everything it holds (crude messages included: nothing proves them innocent),
         and reloads the durable rows; settings are re-read whatever the tier."""
-        m = self._memory
         self.gaps += 1
         log.warning(
             "shortterm missed pruned journal entries (position %d): reloading the hot tier",
             self.head,
         )
-        cache = m.cache
+        cache = self._tiers.cache
         if isinstance(cache, PrivateTier):  # only an unshared tier is one
-            now = m.clock()
+            now = self._clock()
             await cache.record_forget(self.head, [EVERY_TARGET], now)
             await cache.drop_all()
             await self._reload(now)
@@ -176,8 +188,7 @@ class JournalFollower:
 
     async def _apply(self, entry: JournalEntry, now: float) -> bool:
         """Reflect one journal entry here; returns whether settings must be reloaded."""
-        m = self._memory
-        cache, kind, subject = m.cache, entry.kind, entry.subject
+        cache, kind, subject = self._tiers.cache, entry.kind, entry.subject
         if kind in ("user_settings", "server_settings"):
             if entry.targets and not cache.shared:
                 await cache.record_forget(entry.seq, entry.targets, now)
@@ -197,7 +208,7 @@ class JournalFollower:
             k, owner, channel, persona = subject
             if k in ("user", "server") and owner is not None and channel is not None:
                 key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
-                row = await m.store.load(key)
+                row = await self._tiers.store.load(key)
                 if row is None:
                     await cache.delete(key)
                 else:
@@ -205,10 +216,10 @@ class JournalFollower:
         return False
 
     async def _reload_settings(self) -> None:
-        m = self._memory
-        servers = await m.store.server_settings_since(0.0)
-        users = await m.store.user_settings_since(0.0)
-        m.known_settings.replace(servers, users)
+        store = self._tiers.store
+        servers = await store.server_settings_since(0.0)
+        users = await store.user_settings_since(0.0)
+        self._known.replace(servers, users)
 
     async def caught_up_to(self, seq: int) -> None:
         """After our own journal entry ``seq``: read the journal up to it, so entries other

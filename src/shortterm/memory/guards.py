@@ -1,27 +1,26 @@
-"""Whether a turn may use the tool, and if not, why (pure over the turn's state).
+"""A turn's own guards: one upgrade per turn, one at a time, and explicit long-term intent.
 
-One function decides both: the tool is offered exactly when :func:`refusal` returns ``None``,
-and a call on a turn that may not use it is refused with the same reason.
+Whether the tool may be used is decided by :func:`rules.refusal` over a snapshot; the guard
+holds the turn's part of it (what happened on this turn so far) and, when several processes
+serve the turn, the :class:`SharedGuard` they share.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from ..model import Privacy
-from ..tool import texts
+from ..intent import has_long_term_intent
+from . import rules
+from .turn_args import TurnArgs
 
-if TYPE_CHECKING:
-    from .turn import Turn
-
-__all__ = ["SharedGuard", "refusal"]
+__all__ = ["SharedGuard", "TurnGuard"]
 
 
 class SharedGuard(Protocol):
     """The one-upgrade-per-turn guard of a turn that several processes serve (the sidecar's
-    Redis turn registry). ``turn.upgraded`` and the in-flight flag only hold in one process;
-    with a shared guard, a tool call also claims the turn's upgrade where every process sees
-    it, atomically, just before it writes."""
+    Redis turn registry). A :class:`TurnGuard` only holds in one process; with a shared
+    guard, a tool call also claims the turn's upgrade where every process sees it,
+    atomically, just before it writes."""
 
     async def claim(self) -> str | None:
         """``None`` when this call may write now; otherwise the refusal for the model."""
@@ -32,31 +31,51 @@ class SharedGuard(Protocol):
         ...
 
 
-def refusal(turn: Turn, privacy: Privacy | None = None) -> str | None:
-    """The reason ``turn`` may not update short-term memory now, or ``None`` when it may.
-    ``privacy`` is the turn's effective privacy, when the caller already has it.
+class TurnGuard:
+    """The per-turn state the tool rules read: whether the turn was upgraded, whether an
+    upgrade is being written, and (scanned once, when first asked) long-term intent."""
 
-    In order: a provider without tools, tools switched off for the turn, short-term memory
-    switched off on the server, a user who keeps nothing personal here, explicit long-term
-    intent, and the one-upgrade-per-turn rule.
-    """
-    memory = turn.memory
-    if turn.provider is not None and turn.provider in memory.config.tool_less_providers:
-        return texts.PROVIDER
-    if not turn.has_tools:
-        return texts.NO_TOOLS
-    if not turn.settings.stm_enabled:
-        return texts.DISABLED
-    if privacy is None:
-        privacy = turn.effective_privacy()
-    # Full privacy: the user is never captured, so nothing is distilled from their turns
-    # either. Partial privacy keeps no personal scope, and a DM has no other.
-    if privacy is Privacy.FULL or (privacy is Privacy.PARTIAL and turn.is_dm):
-        return texts.PRIVACY
-    if turn.long_term_intent:
-        return texts.LONG_TERM
-    if turn.upgraded:
-        return texts.ALREADY
-    if turn._upgrading:
-        return texts.IN_FLIGHT
-    return None
+    def __init__(
+        self, args: TurnArgs, *, upgraded: bool = False, shared: SharedGuard | None = None
+    ) -> None:
+        self._args = args
+        self.upgraded = upgraded  # one successful upgrade per turn
+        self._in_flight = False  # an upgrade of this turn is being written
+        self._shared = shared
+        self._intent: bool | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def long_term_intent(self) -> bool:
+        """The user explicitly asked for something to be remembered permanently."""
+        if self._intent is None:
+            self._intent = has_long_term_intent(self._args.user_message, self._args.locale)
+        return self._intent
+
+    def refusal(self, snap: rules.Snapshot) -> str | None:
+        """Why the turn may not update short-term memory now, or ``None``."""
+        return rules.refusal(
+            snap,
+            long_term_intent=self.long_term_intent,
+            upgraded=self.upgraded,
+            in_flight=self._in_flight,
+        )
+
+    async def claim(self) -> str | None:
+        """Take the turn's upgrade for a write about to begin: ``None`` when taken (a
+        parallel call on this turn is then refused until :meth:`release`), otherwise the
+        refusal the shared guard gave."""
+        if self._shared is not None:
+            taken = await self._shared.claim()  # other processes serving this turn see it too
+            if taken is not None:
+                return taken
+        self._in_flight = True
+        return None
+
+    async def release(self) -> None:
+        """After the write: the claim is given back, with whether the turn is now upgraded."""
+        self._in_flight = False
+        if self._shared is not None:
+            await self._shared.settle(self.upgraded)

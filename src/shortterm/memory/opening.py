@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from types import TracebackType
 from typing import Any
 
 from ..cache.base import HotTier
@@ -12,12 +11,14 @@ from ..model.config import Config
 from ..model.errors import InvalidInput
 from ..store.base import Store
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
-from .facade import Clock, Memory
+from .closing import ClosedOnExit
+from .engine import Clock
+from .facade import Memory
 
 __all__ = ["Opening", "open"]
 
 
-class Opening:
+class Opening(ClosedOnExit):
     """``await shortterm.open(...)`` or ``async with shortterm.open(...) as memory``."""
 
     def __init__(self, factory: Callable[[], Memory], *, hydrate: bool = True) -> None:
@@ -28,7 +29,7 @@ class Opening:
     async def _open(self) -> Memory:
         memory = self._factory()
         try:
-            await memory._start(hydrate=self._hydrate)
+            await memory.start(hydrate=self._hydrate)
         except BaseException:
             await memory.close()
             raise
@@ -41,12 +42,8 @@ class Opening:
     async def __aenter__(self) -> Memory:
         return await self._open()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def close(self) -> None:
+        """Close the memory this opened (nothing when it failed to open)."""
         if self._memory is not None:
             await self._memory.close()
 

@@ -1,142 +1,134 @@
 """Running the tool for a turn: the durable write path of a summary upgrade.
 
 A call is refused (``ok=False``) for an unknown name, a turn that may not use the tool, or
-unusable arguments. Otherwise the user scope and, in a guild, the server scope of the turn's
-persona are written in one durable transaction that also zeroes the live cadence counter;
-``ok=True`` is returned only after that commit, and the hot tier is then updated from the
-committed rows.
+unusable arguments. Otherwise the scopes of :func:`rules.scopes_written` (the user scope and,
+in a guild, the server scope of the turn's persona) are written in one durable transaction that
+also zeroes the live cadence counter; ``ok=True`` is returned only after that commit, and the
+hot tier is then updated from the committed rows.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..model import Privacy, ScopeKey
 from ..model.errors import StoreUnavailable
 from ..tool import texts
 from ..tool.arguments import Refused, parse_arguments
 from ..tool.result import ToolResult
 from ..tool.spec import ToolSpec, build_spec, field_names, renderer
-from .guards import refusal
+from . import rules
+from .guards import TurnGuard
+from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
-    from .turn import Turn
+    from .engine import Engine
 
-__all__ = ["ToolResult", "call_tool", "maintenance_due", "tools", "turn_spec"]
+__all__ = ["ToolResult", "call_tool", "maintenance_due", "spec", "tools"]
 
 
-def turn_spec(turn: Turn) -> ToolSpec:
-    config = turn.memory.config
+def spec(snap: rules.Snapshot) -> ToolSpec:
+    """The tool's definition for a turn under its server's settings."""
+    config = snap.config
     return build_spec(
-        turn.settings,
+        snap.settings,
         max_categories=config.max_categories,
         max_summary_chars=config.max_summary_chars,
-        bot_name=turn.bot_name,
+        bot_name=snap.args.bot_name,
     )
 
 
-def tools(turn: Turn, format: str = "openai") -> list[dict[str, Any]]:
-    """The tool definitions to offer this turn in ``format``; empty when it may not be used."""
+def tools(engine: Engine, args: TurnArgs, guard: TurnGuard, format: str) -> list[dict[str, Any]]:
+    """The tool definitions to offer the turn in ``format``; empty when it may not be used."""
     render = renderer(format)  # an unknown format is an error even when nothing is offered
-    return [] if refusal(turn) is not None else [render(turn_spec(turn))]
+    snap = engine.snapshot(args)
+    return [] if guard.refusal(snap) is not None else [render(spec(snap))]
 
 
-def _refused(turn: Turn, message: str) -> ToolResult:
-    turn.memory.health.count("upgrade_refusals")
+def _refused(engine: Engine, message: str) -> ToolResult:
+    engine.health.count("upgrade_refusals")
     return ToolResult(False, message)
 
 
-def _scopes(turn: Turn, privacy: Privacy) -> tuple[list[ScopeKey], ScopeKey]:
-    """The scopes an upgrade writes, and the live one among them."""
-    user = turn.user_key(turn.persona_id)
-    server = turn.server_key(turn.persona_id)
-    if server is None:
-        return [user], user  # a DM; partial privacy was refused by the guards
-    if privacy is Privacy.PARTIAL:
-        return [server], server
-    return [user, server], server
-
-
-async def call_tool(turn: Turn, name: object, args: object) -> ToolResult:
-    memory = turn.memory
+async def call_tool(
+    engine: Engine, args: TurnArgs, guard: TurnGuard, name: object, raw: object
+) -> ToolResult:
+    health = engine.health
     if name != texts.TOOL_NAME:
         shown = name[:80] if isinstance(name, str) else name
-        return _refused(turn, texts.UNKNOWN_TOOL.format(name=shown, tool=texts.TOOL_NAME))
-    # The fence first: a forget after this point drops the update in both tiers.
-    fence = await memory.begin_write(turn.user_id)
+        return _refused(engine, texts.UNKNOWN_TOOL.format(name=shown, tool=texts.TOOL_NAME))
+    # The fence first (the journal followed once, there): a forget after this point drops
+    # the update in both tiers.
+    fence = await engine.begin_write(args.user_id)
     try:
-        await memory.refresh_settings()
+        await engine.look_back()
     except StoreUnavailable as exc:
-        memory.health.failed("settings refresh", exc)  # the cached settings still apply
-    privacy = turn.effective_privacy()
-    reason = refusal(turn, privacy)
+        health.failed("settings refresh", exc)  # the cached settings still apply
+    snap = engine.snapshot(args)
+    reason = guard.refusal(snap)
     if reason is not None:
-        return _refused(turn, reason)
-    config = memory.config
-    slugs = field_names(turn.settings, config.max_categories)
+        return _refused(engine, reason)
+    config = engine.config
+    slugs = field_names(snap.settings, config.max_categories)
     try:
         change = parse_arguments(
-            args,
+            raw,
             slugs or ("summary",),
             categories=slugs is not None,
             max_chars=config.max_summary_chars,
         )
     except Refused as exc:
-        return _refused(turn, str(exc))
-    meta = turn.meta(turn.persona_lineage_id)
-    scopes, live = _scopes(turn, privacy)
-    shared = turn._shared
-    if shared is not None:
-        taken = await shared.claim()  # other processes serving this turn see it too
-        if taken is not None:
-            return _refused(turn, taken)
-    turn._upgrading = True  # a parallel call on this turn is refused while this one runs
+        return _refused(engine, str(exc))
+    meta = engine.scope_meta(rules.meta_parts(snap, args.persona_lineage_id))
+    scopes, live = rules.scopes_written(snap, args.persona_id)
+    taken = await guard.claim()
+    if taken is not None:
+        return _refused(engine, taken)
     try:
-        rows = await memory.write_distilled(
+        rows = await engine.write_distilled(
             [(key, meta) for key in scopes], change, reset_counter=live, fence=fence
         )
     except StoreUnavailable as exc:
-        memory.health.failed("tool call", exc)
-        memory.health.count("upgrade_refusals")
+        health.failed("tool call", exc)
+        health.count("upgrade_refusals")
         if exc.maybe_applied:
-            turn.upgraded = True  # it may have landed: never a second one on this turn
+            guard.upgraded = True  # it may have landed: never a second one on this turn
             return ToolResult(False, texts.STORE_UNSURE)
         return ToolResult(False, texts.STORE_DOWN)
     else:
         if len(rows) == len(scopes):
-            turn.upgraded = True
+            guard.upgraded = True
     finally:
-        turn._upgrading = False
-        if shared is not None:
-            await shared.settle(turn.upgraded)
-    memory.health.ok()
+        await guard.release()
+    health.ok()
     if len(rows) < len(scopes):
         # A forget overtook the update; what did land (if anything) is removed by it.
-        memory.health.count("upgrade_refusals")
+        health.count("upgrade_refusals")
         return ToolResult(False, texts.OVERTAKEN)
-    memory.health.count("upgrades")
+    health.count("upgrades")
     return ToolResult(True, texts.OK)
 
 
-async def maintenance_due(turn: Turn) -> bool:
+async def maintenance_due(engine: Engine, args: TurnArgs, guard: TurnGuard) -> bool:
     """True when the tool may be used and the live counter reached the server's cadence."""
-    memory = turn.memory
+    health = engine.health
     try:
-        await memory.refresh_settings()
+        await engine.refresh_settings()
     except StoreUnavailable as exc:
-        memory.health.failed("settings refresh", exc)
-    if refusal(turn) is not None:
+        health.failed("settings refresh", exc)
+    snap = engine.snapshot(args)
+    if guard.refusal(snap) is not None:
         return False
-    key, now = turn.live_key, memory.clock()
-    count = await memory.cache.counter(key, now)
+    key = rules.live_scope(snap, args.persona_id)
+    now = engine.clock()
+    count = await engine.tiers.cache.counter(key, now)
     if count is None:
         try:
-            row = await memory.read_through(key, now)
+            row = await engine.read_through(key, now)
         except StoreUnavailable as exc:
-            memory.health.failed("counter read", exc)
+            health.failed("counter read", exc)
             return False
-        memory.health.ok()
+        health.ok()
         if row is None:
             return False  # never captured: nothing to maintain yet
         count = row.turns_since_refresh
-    return count >= turn.settings.refresh_cadence
+    return count >= snap.settings.refresh_cadence

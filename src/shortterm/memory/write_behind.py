@@ -31,16 +31,16 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ..cache.base import HoldsScopes
 from ..model import ScopeKey, ScopeMeta, ScopeRow
+from ..model.config import Config
 from ..model.errors import StoreUnavailable
 from ..model.fence import WriteFence
 from ..store.base import BatchTouch, BufferedTouch, TouchedBatch
-
-if TYPE_CHECKING:
-    from .facade import Memory
+from .health import Health
+from .tiers import Tiers
 
 __all__ = ["HoldsScopes", "WriteBehind"]
 
@@ -65,14 +65,24 @@ _NONE_COLD: frozenset[KeyTuple] = frozenset()
 
 
 class WriteBehind:
-    """The buffer of one ``Memory``: touches coalesced per scope and fence targets, flushed
+    """The buffer of one engine: touches coalesced per scope and fence targets, flushed
     one batch at a time."""
 
-    def __init__(self, memory: Memory, *, window_s: float, max_turns: int) -> None:
-        # The memory, not its tiers: tests and wrappers may replace ``memory.store``.
-        self._memory = memory
-        self._window_s = window_s
-        self._max_turns = max_turns
+    def __init__(
+        self,
+        tiers: Tiers,
+        config: Config,
+        health: Health,
+        clock: Callable[[], float],
+        head: Callable[[], int],  # the journal position flushed rows are mirrored at
+    ) -> None:
+        # The shared holder, not the tiers themselves: a wrapper may replace one later.
+        self._tiers = tiers
+        self._health = health
+        self._clock = clock
+        self._head = head
+        self._window_s = config.write_behind_ms / 1000
+        self._max_turns = config.write_behind_turns
         # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
         # parent, position), so a coalesced touch is fenced exactly as each of its captures
         # would be: a forget refuses the captures it covers and none that began after it.
@@ -90,21 +100,21 @@ class WriteBehind:
         self._private: set[KeyTuple] = set()
 
     @staticmethod
-    def applies(memory: Memory) -> bool:
+    def applies(config: Config, tiers: Tiers) -> bool:
         """Only a store that batches touches, under a hot tier no other process writes (a
         shared tier must see every counter step at once)."""
         return (
-            memory.config.write_behind_ms > 0
-            and isinstance(memory.store, BatchTouch)
-            and isinstance(memory.cache, HoldsScopes)
-            and not memory.cache.shared
+            config.write_behind_ms > 0
+            and isinstance(tiers.store, BatchTouch)
+            and isinstance(tiers.cache, HoldsScopes)
+            and not tiers.cache.shared
         )
 
     async def prove_whole(self, epoch: int) -> None:
         """After a hydration that left the hot tier complete: cold scopes may be deferred
         from now on, while the store's ``foreign_epoch`` stays at ``epoch`` (read before the
         hydration began, so a commit during it breaks the proof)."""
-        store: Any = self._memory.store  # a BatchTouch, checked by ``applies``
+        store = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         self._private = set(await store.private_scope_keys())
         self._quiet_epoch = epoch
 
@@ -118,7 +128,7 @@ class WriteBehind:
     ) -> frozenset[KeyTuple] | None:
         """The keys of ``keys`` the hot tier does not hold, when a capture of them may still
         be deferred; ``None`` when it must be written through."""
-        m = self._memory
+        m = self._tiers
         holds = cast(HoldsScopes, m.cache).holds  # checked by ``applies``
         cold = [key.astuple for key in keys if not holds(key, now)]
         if not cold:
@@ -229,7 +239,7 @@ class WriteBehind:
             return result
 
     async def _touch_alone(self, touches: Sequence[BufferedTouch]) -> tuple[TouchedBatch, None]:
-        store = cast(BatchTouch, self._memory.store)  # checked by ``applies``
+        store = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         return await store.touch_batch(touches), None
 
     def _take(self) -> tuple[list[BufferedTouch], WriteFence]:
@@ -243,7 +253,7 @@ class WriteBehind:
         touches = [
             BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold) for p in batch.values()
         ]
-        return touches, WriteFence(self._memory.journal.head)
+        return touches, WriteFence(self._head())
 
     async def _commit(
         self,
@@ -259,8 +269,7 @@ class WriteBehind:
             lost = sum(t.steps for t in touches)
             self.lost_steps += lost
             self._steps_taken(touches)
-            m = self._memory
-            m.health.failed("write-behind flush", exc)
+            self._health.failed("write-behind flush", exc)
             log.warning(
                 "shortterm lost %d buffered counter steps (%d scopes): %s", lost, len(touches), exc
             )
@@ -272,15 +281,14 @@ class WriteBehind:
         self, touches: Sequence[BufferedTouch], done: TouchedBatch, fence: WriteFence
     ) -> None:
         """After ``touches`` committed: the hot tier mirrors what other processes wrote."""
-        m = self._memory
         self._steps_taken(touches)
-        m.health.ok()
+        self._health.ok()
         self.flushes += 1
         if done.written < len(touches):
-            m.health.count("fenced_writes", len(touches) - done.written)
+            self._health.count("fenced_writes", len(touches) - done.written)
         if done.rows:
             # Another process wrote meanwhile (or a cold scope had a row): mirror it.
-            await m.cache.apply_rows(self.with_pending(done.rows), m.clock(), fence)
+            await self._tiers.cache.apply_rows(self.with_pending(done.rows), self._clock(), fence)
 
     def _steps_taken(self, touches: Sequence[BufferedTouch]) -> None:
         """The touches' steps are no longer pending (committed, or lost)."""

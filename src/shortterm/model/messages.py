@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import InvalidInput
 from .keys import (
@@ -120,10 +119,6 @@ class Entry:
     parent_channel_id: str | None = None  # thread parent
     private: bool = False  # the origin channel was private when captured
     persona_lineage_id: str | None = None
-    # What the read path rendered from this exact view, reused while the view lives: a view
-    # is replaced whenever its entry changes (a capture, an edit, a forget, an expiry), so
-    # a rendering can never outlive what it shows.
-    _memo: Any = field(default=None, init=False, repr=False, compare=False)
     # ``updated_at`` as a plain float (-inf for none), kept for sorting many entries by it.
     _newest: float = field(default=-_INF, init=False, repr=False, compare=False)
 

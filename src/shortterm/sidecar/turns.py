@@ -32,7 +32,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..memory.turn import Turn
-from ..model import Privacy
+from ..memory.turn_args import TurnArgs
 from ..model.errors import StoreUnavailable
 from ..tool import texts
 from .errors import NotFound
@@ -175,29 +175,10 @@ _CLAIM = _lua("turn_claim")  # the one-upgrade guard
 _SETTLE = _lua("turn_settle")
 _END = _lua("turn_end")
 
-_ARGS = (
-    "user_id",
-    "channel_id",
-    "server_id",
-    "persona_id",
-    "persona_lineage_id",
-    "user_message",
-    "user_name",
-    "bot_name",
-    "server_name",
-    "channel_name",
-    "parent_channel_id",
-    "provider",
-    "has_tools",
-    "locale",
-)
-
 
 def _turn_args(turn: Turn) -> str:
-    args: dict[str, Any] = {name: getattr(turn, name) for name in _ARGS}
-    args["privacy"] = turn.privacy.value
     # ASCII escapes: a lone surrogate in a JSON string is valid input and must not fail here.
-    return json.dumps(args, separators=(",", ":"))
+    return json.dumps(turn.args.as_json(), separators=(",", ":"))
 
 
 class _SharedGuard:
@@ -282,15 +263,13 @@ class RedisTurnRegistry:
             raise TurnNotFound(turn_id)
         raw, upgrade = found
         try:
-            kwargs = json.loads(raw)
-            kwargs["privacy"] = Privacy(kwargs["privacy"])
-            turn = self._memory.turn(**kwargs)
+            turn_args = TurnArgs.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             # Only this registry writes these hashes; anything else is not a turn of ours.
             raise StoreUnavailable(f"turn {turn_id!r} in Redis is unreadable: {exc}") from exc
-        turn.upgraded = upgrade == "done"
-        turn._shared = _SharedGuard(self, turn_id)
-        return turn
+        return self._memory.turn_from(
+            turn_args, upgraded=upgrade == "done", shared=_SharedGuard(self, turn_id)
+        )
 
     async def get(self, turn_id: str) -> Turn:
         return await self._load(turn_id, claim=False)

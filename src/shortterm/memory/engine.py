@@ -1,0 +1,487 @@
+"""The engine: the state of one memory and every path that reads or writes it.
+
+It owns the tiers, the write-behind, the journal follower (the position every write is fenced
+at), the health counters and the known settings. A turn hands it a plan (or the arguments to
+plan with, see rules.py) and it carries it out: follow the journal once, fence, then the tiers.
+It never calls back into a turn. Beside it: engine_forget.py (forgets), engine_settings.py
+(settings changes), hydration.py (the bulk load).
+
+Everything acknowledged is written through and awaited: when a method returns, its write is
+committed. A capture's own durable part (scope rows, counter step) may be buffered by the
+write-behind (SQLite under the in-process tier), which is committed with or before every
+acknowledged write, and before every forget and durable read. Reads hit the hot tier; a miss
+reads through the durable tier unless the hot tier knows it is complete. Every forget, settings
+change and distilled write is journaled; before a call returns, the process applies what others
+journaled (a cheap check when nothing moved), and every write is fenced at the journal position
+it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, cast
+
+from ..cache.base import HotTier
+from ..model import (
+    DistilledWrite,
+    Entry,
+    Message,
+    Privacy,
+    Reply,
+    ScopeKey,
+    ScopeKind,
+    ScopeMeta,
+    ScopeRow,
+)
+from ..model.config import Config
+from ..model.errors import StoreUnavailable
+from ..model.fence import WriteFence
+from ..store.base import BatchTouch, Store
+from . import rules
+from .engine_forget import Forgetting, UnsureForget
+from .engine_parts import EngineParts
+from .engine_settings import SettingsWriter
+from .follower import JournalFollower
+from .health import Health
+from .hydration import hydrate
+from .known_settings import KnownSettings
+from .renders import RenderCache
+from .tiers import Tiers
+from .turn_args import TurnArgs
+from .write_behind import WriteBehind
+
+__all__ = ["Clock", "Engine"]
+
+Clock = Callable[[], float]
+KeyTuple = tuple[str, str, str, str | None]
+
+_SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
+_MAX_METAS = 4096
+
+
+class Engine:
+    """The machinery behind one :class:`shortterm.Memory`."""
+
+    def __init__(self, *, store: Store, cache: HotTier, config: Config, clock: Clock) -> None:
+        self.tiers = Tiers(store, cache)
+        self.config = config
+        self.clock = clock
+        self.known_settings = KnownSettings()
+        self.health = Health()
+        # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
+        self.renders = RenderCache(0 if cache.shared else 16384)
+        self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
+        self.sweeper: asyncio.Task[None] | None = None
+        # Scopes whose last durable write may or may not have landed: read through once.
+        self._unsure: set[KeyTuple] = set()
+        self.hydration_s = 0.0
+        unsure_forgets: list[UnsureForget] = []
+        self.journal = JournalFollower(
+            self.tiers,
+            clock=clock,
+            health=self.health,
+            known=self.known_settings,
+            reload=self._hydrate,
+            unsure_forgets=unsure_forgets,
+            settle_forgets=self._settle_forgets,
+        )
+        parts = EngineParts(
+            self.tiers, clock, self.health, self.journal, self.known_settings, self.flush
+        )
+        self.settings = SettingsWriter(parts)
+        self.forgets = Forgetting(parts, unsure_forgets)
+        self.write_behind = (
+            WriteBehind(self.tiers, config, self.health, clock, lambda: self.journal.head)
+            if WriteBehind.applies(config, self.tiers)
+            else None
+        )
+
+    def operation(self) -> AbstractContextManager[None]:
+        """One public call as one hot-tier operation (see ``HotTier.operation``)."""
+        return self.tiers.cache.operation()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, *, hydrate: bool = True) -> None:
+        store = self.tiers.store
+        await store.migrate()
+        now = self.clock()
+        # The position first: whatever is journaled while we load is read again later.
+        await self.journal.start()
+        # Read before the hydration: another process committing from here on breaks the
+        # write-behind's proof that the hot tier holds every row it must show.
+        quiet = store.foreign_epoch if isinstance(store, BatchTouch) else None
+        known = self.known_settings
+        known.put_servers(await store.server_settings_since(0.0))
+        known.put_users(await store.user_settings_since(0.0))
+        known.checked_at = now
+        if hydrate:
+            await self._hydrate(now)
+            if self.write_behind is not None and self.tiers.cache.complete and quiet is not None:
+                await self.write_behind.prove_whole(quiet)
+        if self.config.sweep_interval_s > 0:
+            self.sweeper = asyncio.get_running_loop().create_task(
+                self._sweep_forever(), name="shortterm-sweeper"
+            )
+
+    async def _hydrate(self, now: float) -> None:
+        rows, self.hydration_s = await hydrate(
+            self.tiers, self.config, WriteFence(self.journal.head), now
+        )
+        self.health.count("hydrated_rows", rows)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            await self.tiers.cache.sweep(self.clock())
+
+    async def close(self) -> None:
+        await self.journal.close()
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+        if self.write_behind is not None:
+            await self.write_behind.close()
+        await self.tiers.cache.close()
+        await self.tiers.store.close()
+
+    async def _settle_forgets(self) -> None:
+        await self.forgets.settle()
+
+    async def flush(self) -> None:
+        """Commit the write-behind's buffered touches now (a no-op without one)."""
+        if self.write_behind is not None:
+            await self.write_behind.flush()
+
+    # -- the journal and settings ---------------------------------------------------------
+
+    def scope_meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
+        """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
+        meta = self._metas.get(parts)
+        if meta is None:
+            if len(self._metas) >= _MAX_METAS:
+                self._metas.clear()
+            meta = self._metas[parts] = ScopeMeta(*parts)
+        return meta
+
+    async def begin_write(self, triggerer: str | None = None) -> WriteFence:
+        """Where a write begins: follow the journal, then the position to fence the write at."""
+        followed = await self.journal.follow()
+        return WriteFence(self.journal.head, triggerer, store_down=not followed)
+
+    async def refresh_settings(self) -> None:
+        """Follow the journal, then :meth:`look_back` when it is due."""
+        await self.journal.follow()
+        if self.known_settings.due(self.clock(), self.config.settings_refresh_s):
+            await self.look_back()
+
+    async def look_back(self) -> None:
+        """Pick up settings other processes changed the old way (rows written by earlier
+        versions), at most one query pair per interval. The journal is followed by the
+        caller, once per call."""
+        now, known = self.clock(), self.known_settings
+        interval = self.config.settings_refresh_s
+        if not known.due(now, interval):
+            return
+        # Overlap the window so a write stamped just before our last check is not missed: the
+        # writer takes its timestamp before it commits, so with a short interval (0 re-reads
+        # on every turn) the overlap must still cover a commit in flight and clock skew.
+        since = known.checked_at - max(interval, _SETTINGS_OVERLAP_S)
+        known.checked_at = now
+        known.put_servers(await self.tiers.store.server_settings_since(since))
+        known.put_users(await self.tiers.store.user_settings_since(since))
+
+    def snapshot(self, args: TurnArgs) -> rules.Snapshot:
+        """The turn under the settings known now."""
+        known = self.known_settings
+        settings = known.server(args.server_id)
+        privacy = rules.effective_privacy(args.privacy, known.stored_user(args.user_id))
+        return rules.Snapshot(args, settings, privacy, self.config)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def get(self, key: ScopeKey) -> Entry | None:
+        await self.journal.follow()
+        now = self.clock()
+        if self._unsure:
+            await self._settle(key.kind, key.owner_id, now)
+        cache = self.tiers.cache
+        entry = await cache.get(key, now)
+        if (
+            entry is None
+            and not cache.complete
+            and await cache.counter(key, now) is None
+            and await self.read_through(key, now) is not None
+        ):
+            entry = await cache.get(key, now)
+        return entry
+
+    async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
+        """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
+        lands while the row is in flight wins over it."""
+        await self.flush()
+        fence = WriteFence(self.journal.head)
+        row = await self.tiers.store.load(key)
+        self.health.count("read_through")
+        if row is not None:
+            await self.tiers.cache.apply_rows([row], now, fence)
+        return row
+
+    async def owner_entries(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
+        """Live entries of one owner, re-read from the durable tier when the hot tier may
+        have dropped some of them."""
+        now = self.clock()
+        if self._unsure:
+            await self._settle(kind, owner_id, now)
+        cache = self.tiers.cache
+        entries, complete = await cache.owner_entries(kind, owner_id, now)
+        if not complete:
+            await self.flush()
+            fence = WriteFence(self.journal.head)
+            rows = await self.tiers.store.load_owner(kind, owner_id)
+            self.health.count("read_through")
+            await cache.apply_rows(rows, now, fence)
+            await cache.mark_complete(kind, owner_id)
+            entries, _ = await cache.owner_entries(kind, owner_id, now)
+        return entries
+
+    async def _settle(self, kind: str, owner_id: str, now: float) -> None:
+        """Read through this owner's scopes whose last write had an unknown outcome, so the
+        hot tier never disagrees with the durable tier for longer than one call."""
+        for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
+            await self.flush()
+            fence = WriteFence(self.journal.head)
+            row = await self.tiers.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
+            self._unsure.discard(kt)
+            if row is not None:
+                await self.tiers.cache.apply_rows([row], now, fence)
+
+    # -- capture --------------------------------------------------------------------------
+
+    async def capture(
+        self,
+        args: TurnArgs,
+        history: Sequence[Message],
+        replies: Sequence[Reply],
+        *,
+        stopped: bool,
+        upgraded: bool,
+        fence: WriteFence | None,
+    ) -> None:
+        """One turn's capture: the fence (and the journal followed) first, so the privacy
+        choices it is planned under are those of this position and any later forget drops
+        what it covers, in both tiers; then the plan (rules.plan_capture) is written."""
+        if fence is None:
+            fence = await self.begin_write(args.user_id)
+        # The journal was followed where the fence was taken: only the look-back remains.
+        now = self.clock()
+        if self.known_settings.due(now, self.config.settings_refresh_s):
+            await self.look_back()
+            now = self.clock()
+        writes = rules.plan_capture(
+            self.snapshot(args),
+            history,
+            replies,
+            stopped=stopped,
+            full_users=self.known_settings.full_privacy_users,
+            upgraded=upgraded,
+            now=now,
+        )
+        if not writes:
+            self.health.count("captures_skipped")
+            return
+        for write in writes:
+            # Every persona's write carries the same fence: a forget landing during the first
+            # one's write also drops the next ones.
+            meta = self.scope_meta(write.meta)
+            await self.write_capture(
+                write.scopes, meta, increment=write.increment, fence=fence, now=now
+            )
+        self.health.count("captures")
+
+    async def write_capture(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        *,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+    ) -> bool:
+        """The one capture write: ensure the scopes' durable rows (and step the counter of
+        ``increment``) in one fenced statement, then replace their messages in the hot tier,
+        fenced again where they land. A scope a forget overtook is dropped in both tiers.
+        During a durable outage the hot tier is still written (fenced) and the lost counter
+        step is counted. Returns whether every scope was written.
+
+        With a write-behind, a capture whose scopes the hot tier already mirrors writes the
+        hot tier only (stepping the counter there) and buffers its durable part; a cold scope
+        (whose durable row may hold values the hot tier lacks) is written through as above."""
+        wb = self.write_behind
+        if wb is not None:
+            if meta.private:
+                wb.note_private(key for key, _ in scopes)
+            if not fence.store_down and not self._unsure:
+                keys = [key for key, _ in scopes]
+                cold = wb.cold_keys(keys, meta, now)
+                if cold is not None:
+                    return await self._capture_behind(
+                        wb, keys, scopes, meta, increment, fence, now, cold
+                    )
+        durable: dict[tuple[Any, ...], ScopeRow] | None
+        try:
+            if fence.store_down:
+                raise StoreUnavailable(self.journal.error)
+            rows = await self.tiers.store.touch(
+                [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
+            )
+            self.health.ok()
+            if wb is not None:
+                rows = wb.with_pending(rows)  # the hot counter keeps the buffered steps
+            durable = {r.key.astuple: r for r in rows}
+        except StoreUnavailable as exc:
+            # Capture serves from the hot tier during an outage; the counter step is lost
+            # and counted, never reported as done.
+            self.health.failed("capture", exc)
+            self.health.count("degraded_captures")
+            durable = None
+        hot: list[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]]
+        if durable is None:
+            hot = [(key, messages, None) for key, messages in scopes]
+        else:
+            # A scope the durable tier's fence refused is not written here either.
+            hot = [
+                (key, messages, row)
+                for key, messages in scopes
+                if (row := durable.get(key.astuple)) is not None
+            ]
+        applied = len(hot) == len(scopes)
+        if hot and await self.tiers.cache.capture_scopes(hot, meta, now, fence) < len(hot):
+            applied = False
+        if not applied:
+            self.health.count("fenced_writes")
+        return applied
+
+    async def _capture_behind(
+        self,
+        wb: WriteBehind,
+        keys: list[ScopeKey],
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+        cold: frozenset[KeyTuple],
+    ) -> bool:
+        """The hot half of a capture now, the durable half buffered. Every scope is
+        buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
+        hot = [(key, messages, None) for key, messages in scopes]
+        applied = await self.tiers.cache.capture_scopes(hot, meta, now, fence, step=increment)
+        if wb.add(keys, meta, increment, fence, now, cold):
+            await wb.flush()  # the turn bound: this capture pays for the batch
+        if applied < len(hot):
+            self.health.count("fenced_writes")
+            return False
+        return True
+
+    # -- distilled writes -----------------------------------------------------------------
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        fence: WriteFence,
+    ) -> list[ScopeRow]:
+        """The one distilled write (tool call, admin edit): all scopes in one fenced durable
+        transaction, journaled for other processes, then mirrored in the hot tier. Returns
+        the rows written (fewer than ``scopes`` when a forget overtook the write).
+
+        A failure that leaves the outcome unknown (the connection dropped mid-commit) raises
+        ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
+        tier and read through on their next use, so neither tier is believed over the other.
+        """
+        wb = self.write_behind
+        if wb is not None:
+            wb.note_private(k for k, meta in scopes if meta and meta.private)
+        now = self.clock()
+        if fence.store_down:
+            await self.flush()
+            raise StoreUnavailable(self.journal.error)
+        store = self.tiers.store
+        try:
+            if wb is None:
+                rows = await store.write_distilled(
+                    scopes, change, reset_counter=reset_counter, now=now, fence=fence
+                )
+            else:
+                # The buffered touches commit in the same transaction, first: their steps
+                # land before a reset, never after it.
+                batch = cast(BatchTouch, store)  # the write-behind's condition
+                rows = await wb.commit_with(
+                    lambda touches: batch.write_distilled_after(
+                        touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
+                    )
+                )
+        except StoreUnavailable as exc:
+            if exc.maybe_applied:
+                # It may have landed: the next read of these scopes asks the durable tier
+                # (keeping the hot tier's messages, which exist nowhere else).
+                self._unsure.update(key.astuple for key, _ in scopes)
+            raise
+        if len(rows) < len(scopes):
+            self.health.count("fenced_writes")
+        cache = self.tiers.cache
+        try:
+            await cache.apply_rows(rows, now, fence)
+        except StoreUnavailable as exc:
+            # Committed, so done. A hot tier that missed it must not keep serving the old
+            # values: drop them (best effort) and read through from now on.
+            self.health.failed("hot tier update", exc)
+            cache.set_complete(False)
+            for row in rows:
+                with contextlib.suppress(StoreUnavailable):
+                    await cache.delete(row.key)
+        return rows
+
+    async def edit(self, key: ScopeKey, change: DistilledWrite) -> Entry | None:
+        """An admin edit of one scope, durable; what the scope remembers after it."""
+        fence = await self.begin_write()
+        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
+        return await self.tiers.cache.get(key, self.clock())
+
+    async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+        """Whole durable rows (checked by the caller), fenced, then mirrored in the hot tier;
+        user-scope rows of users who keep no personal memory are left out."""
+        await self.refresh_settings()
+        await self.flush()
+        fence = WriteFence(self.journal.head)
+        known = self.known_settings
+        allowed = [
+            r
+            for r in rows
+            if r.key.kind == "server" or known.user(r.key.owner_id).privacy is Privacy.NONE
+        ]
+        if self.write_behind is not None:
+            self.write_behind.note_private(r.key for r in allowed if r.meta.private)
+        written = await self.tiers.store.put_rows(allowed, fence=fence)
+        self.health.count("fenced_writes", len(allowed) - len(written))
+        await self.tiers.cache.apply_rows(written, self.clock(), fence)
+        return written
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.tiers.cache.stats())
+        out.update(self.health.counts())
+        out["lost_counter_steps"] = 0
+        if self.write_behind is not None:
+            out.update(self.write_behind.stats())
+        out["hydration_s"] = round(self.hydration_s, 6)
+        out["degraded"] = self.health.degraded
+        return out
