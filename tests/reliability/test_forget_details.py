@@ -150,6 +150,8 @@ async def test_a_commit_lost_in_flight_says_so_and_the_scope_reads_through(
     store = with_query(through(pg_url, pg_proxy), schema=schema) + (
         "&operation_timeout_s=2&pool_timeout_s=2&pool_reconnect_timeout_s=0.5"
         "&pool_min_size=1&pool_max_size=1"  # one connection: its statements are prepared
+        # A heartbeat late on a loaded machine must not make the call below read the journal.
+        "&listen_timeout_s=30"
     )
     async with shortterm.open(store=store, config=CONFIG, clock=clock) as memory:
         await _say(memory, "ana", "c1", "hello", server_id=G)
@@ -157,9 +159,14 @@ async def test_a_commit_lost_in_flight_says_so_and_the_scope_reads_through(
         assert await memory.get(key) is not None
         turn = _turn(memory, "ana", "c1", server_id=G)
         assert (await turn.call_tool(texts.TOOL_NAME, {"summary": "first"})).ok
-        # Our own edit's NOTIFY comes back to our listener: follow it now, so that the call
-        # below starts with nothing to read (else that read is what the cut loses).
-        await asyncio.sleep(0.3)
+        # Our own edit's NOTIFY comes back to our listener: wait for it and follow it now, so
+        # that the call below starts with nothing to read (else that read is what the cut
+        # loses, and the call fails before it writes).
+        for _ in range(250):
+            if memory.store.journal_moved():
+                break
+            await asyncio.sleep(0.02)
+        await memory.journal.catch_up()
         assert await memory.get(key) is not None
         # The write is sent whole (its statement is prepared), executed and committed; only
         # the answer is lost.
