@@ -8,7 +8,7 @@ Backends that need a service (PostgreSQL, Redis) read ``SHORTTERM_TEST_POSTGRES_
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +21,7 @@ from shortterm.model.config import Config
 from shortterm.store.base import Store
 from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
+from tests.cluster_support import Cluster, require_redis_server, running_cluster
 from tests.support import (
     CacheFactory,
     FakeClock,
@@ -38,7 +39,22 @@ def clock() -> FakeClock:
 
 
 STORE_BACKENDS = ["memory", "sqlite", "postgres"]
-CACHE_BACKENDS = ["inprocess", "redis"]
+CACHE_BACKENDS = ["inprocess", "redis", "redis-cluster"]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """Three Redis Cluster masters of our own (Debian's redis-server), for the session."""
+    require_redis_server()
+    with running_cluster() as cluster:
+        yield cluster
+
+
+def redis_url_for(request: pytest.FixtureRequest, backend: str) -> str:
+    """The Redis URL a ``redis`` or ``redis-cluster`` parameter tests against."""
+    if backend == "redis-cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -82,8 +98,8 @@ async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFa
     opened: list[HotTier] = []
     prefixes: list[str] = []
     redis_url = ""
-    if request.param == "redis":
-        redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    if request.param in ("redis", "redis-cluster"):
+        redis_url = redis_url_for(request, request.param)
 
     async def make(**overrides: int) -> HotTier:
         cfg = Config().replace(**overrides) if overrides else Config()
@@ -95,7 +111,7 @@ async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFa
                 max_entries=cfg.max_entries,
                 max_bytes=cfg.max_bytes,
             )
-        elif request.param == "redis":
+        elif request.param in ("redis", "redis-cluster"):
             from shortterm.cache.redis import RedisCache
 
             prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"  # a fresh, empty cache per call

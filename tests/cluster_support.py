@@ -1,0 +1,168 @@
+"""A throwaway Redis Cluster of three masters on free loopback ports (Debian's redis-server).
+
+Started once per test session by the ``redis_cluster`` fixture (tests/conftest.py) and
+stopped by pid at the end, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REDIS_SERVER = "/usr/bin/redis-server"
+REDIS_CLI = "/usr/bin/redis-cli"
+MASTERS = 3
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port(taken: list[int]) -> int:
+    """A free port whose cluster bus port (10000 higher, at most 65535) is free too."""
+    while True:
+        port = random.randint(20000, 55000)
+        if port not in taken and _bindable(port) and _bindable(port + 10000):
+            return port
+
+
+@dataclass
+class Cluster:
+    """The running masters: their ports and processes (by port)."""
+
+    ports: list[int]
+    directory: Path
+    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def cli(self, port: int, *args: str) -> str:
+        done = subprocess.run(
+            [REDIS_CLI, "-p", str(port), *args], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli {' '.join(args)}: {done.stderr or done.stdout}")
+        return done.stdout
+
+    def start(self, port: int) -> None:
+        node_dir = self.directory / str(port)
+        node_dir.mkdir(exist_ok=True)
+        log = (node_dir / "log").open("ab")
+        self.processes[port] = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout", "2000",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(node_dir),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()  # the server has its own copy
+        _wait(lambda: self._answers(port), f"redis-server on port {port}", node_dir / "log")
+
+    def _answers(self, port: int) -> bool:
+        if self.processes[port].poll() is not None:
+            raise RuntimeError(f"redis-server on port {port} exited")
+        try:
+            return "PONG" in self.cli(port, "ping")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return False
+
+    def state_ok(self) -> bool:
+        return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
+
+    def pause(self, port: int) -> None:
+        self.processes[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        self.processes[port].send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait(
+    ready: Callable[[], bool], what: str, log: Path | None = None, timeout_s: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(0.1)
+    except RuntimeError as exc:
+        said = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+        raise RuntimeError(f"{exc}: {said}") from None
+    raise RuntimeError(f"{what} not ready within {timeout_s:g} s")
+
+
+def available() -> bool:
+    return os.access(REDIS_SERVER, os.X_OK) and os.access(REDIS_CLI, os.X_OK)
+
+
+def require_redis_server() -> None:
+    """Skip (or, with SHORTTERM_TEST_REQUIRE_SERVICES=1, fail) without Debian's redis-server."""
+    if available():
+        return
+    reason = f"no {REDIS_SERVER} (apt-get install redis-server): the Redis Cluster tests"
+    if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
+        pytest.fail(reason + " are mandatory here")
+    pytest.skip(reason + " skip")
+
+
+@contextmanager
+def running_cluster() -> Iterator[Cluster]:
+    """Three masters with every slot assigned, stopped by pid on the way out."""
+    directory = Path(tempfile.mkdtemp(prefix="stm-cluster-"))
+    ports: list[int] = []
+    for _ in range(MASTERS):
+        ports.append(_free_port(ports))
+    cluster = Cluster(ports, directory)
+    try:
+        for port in cluster.ports:
+            cluster.start(port)
+        cluster.cli(
+            cluster.ports[0],
+            "--cluster", "create",
+            *(f"127.0.0.1:{p}" for p in cluster.ports),
+            "--cluster-replicas", "0",
+            "--cluster-yes",
+        )  # fmt: skip
+        _wait(cluster.state_ok, "the cluster's state")
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
