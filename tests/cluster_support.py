@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import service_url
+
 REDIS_SERVER = "/usr/bin/redis-server"
 REDIS_CLI = "/usr/bin/redis-cli"
 MASTERS = 3
@@ -166,3 +168,11 @@ def running_cluster() -> Iterator[Cluster]:
     finally:
         cluster.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def redis_url_for(request: pytest.FixtureRequest, backend: str) -> str:
+    """The Redis URL a ``redis`` or ``redis-cluster`` test parameter runs against (the
+    cluster: the session's ``redis_cluster`` fixture)."""
+    if backend == "redis-cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")

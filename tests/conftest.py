@@ -21,7 +21,7 @@ from shortterm.model.config import Config
 from shortterm.store.base import Store
 from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
-from tests.cluster_support import Cluster, require_redis_server, running_cluster
+from tests.cluster_support import Cluster, redis_url_for, require_redis_server, running_cluster
 from tests.support import (
     CacheFactory,
     FakeClock,
@@ -48,13 +48,6 @@ def redis_cluster() -> Iterator[Cluster]:
     require_redis_server()
     with running_cluster() as cluster:
         yield cluster
-
-
-def redis_url_for(request: pytest.FixtureRequest, backend: str) -> str:
-    """The Redis URL a ``redis`` or ``redis-cluster`` parameter tests against."""
-    if backend == "redis-cluster":
-        return str(request.getfixturevalue("redis_cluster").url)
-    return service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
 
 
 @pytest.fixture(params=STORE_BACKENDS)

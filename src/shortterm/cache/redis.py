@@ -50,9 +50,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any, cast
 
 from redis.commands.core import AsyncScript
