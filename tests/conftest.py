@@ -151,6 +151,16 @@ async def scale_urls() -> AsyncIterator[tuple[str, str]]:
     await clear_redis_prefix(redis_url, prefix)
 
 
+@pytest.fixture
+async def cluster_scale_urls(redis_cluster: Cluster) -> AsyncIterator[tuple[str, str]]:
+    """:func:`scale_urls` with the hot tier on the session's Redis Cluster."""
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    tag = uuid.uuid4().hex[:16]
+    schema, prefix = f"t_{tag}", f"stm-test:{tag}:"
+    yield with_query(pg_url, schema=schema), with_query(redis_cluster.url, prefix=quote(prefix))
+    await drop_postgres_schema(pg_url, schema)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A durable store URL several processes can share: a SQLite file, or a fresh PostgreSQL
@@ -164,10 +174,12 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     await drop_postgres_schema(pg_url, schema)
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
+@pytest.fixture(params=["sqlite+inprocess", "postgres+redis", "postgres+cluster"])
 def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(store, cache) URLs: one process's default, and the tiers several processes share."""
+    """(store, cache) URLs: one process's default, and the tiers several processes share
+    (on one Redis node, and on a Redis Cluster)."""
     if request.param == "sqlite+inprocess":
         return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
-    store, cache = request.getfixturevalue("scale_urls")
+    shared = "scale_urls" if request.param == "postgres+redis" else "cluster_scale_urls"
+    store, cache = request.getfixturevalue(shared)
     return str(store), str(cache)
