@@ -61,7 +61,8 @@ class Cluster:
         done = subprocess.run(
             [REDIS_CLI, "-p", str(port), *args], capture_output=True, text=True, timeout=60
         )
-        if done.returncode != 0:
+        said = done.stdout.strip()
+        if done.returncode != 0 or said.startswith(("ERR", "IOERR", "BUSYKEY", "NOKEY")):
             raise RuntimeError(f"redis-cli {' '.join(args)}: {done.stderr or done.stdout}")
         return done.stdout
 
@@ -97,6 +98,43 @@ class Cluster:
 
     def state_ok(self) -> bool:
         return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
+
+    def node_id(self, port: int) -> str:
+        return self.cli(port, "cluster", "myid").strip()
+
+    def owner(self, slot: int) -> int:
+        """The port of the master serving ``slot``, as the first node sees it."""
+        for line in self.cli(self.ports[0], "cluster", "nodes").splitlines():
+            fields = line.split()
+            if "master" not in fields[2]:
+                continue
+            for spec in fields[8:]:
+                if spec.startswith("["):
+                    continue  # a slot being moved
+                low, _, high = spec.partition("-")
+                if int(low) <= slot <= int(high or low):
+                    return int(fields[1].split("@")[0].rsplit(":", 1)[1])
+        raise RuntimeError(f"no master serves slot {slot}")
+
+    def move_slot(self, slot: int, target: int, batch: int = 5, pause_s: float = 0.01) -> None:
+        """Move ``slot`` to the master on port ``target`` the way ``redis-cli --cluster
+        reshard`` does: IMPORTING, MIGRATING, ``MIGRATE ... KEYS`` a few keys at a time (with
+        a pause, so clients meet the slot half moved), then ``SETSLOT ... NODE`` everywhere."""
+        source = self.owner(slot)
+        if source == target:
+            return
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        self.cli(target, "cluster", "setslot", str(slot), "importing", source_id)
+        self.cli(source, "cluster", "setslot", str(slot), "migrating", target_id)
+        while True:
+            names = self.cli(source, "cluster", "getkeysinslot", str(slot), str(batch))
+            names = [name for name in names.splitlines() if name]
+            if not names:
+                break
+            self.cli(source, "migrate", "127.0.0.1", str(target), "", "0", "5000", "keys", *names)
+            time.sleep(pause_s)
+        for port in (target, source, *self.ports):
+            self.cli(port, "cluster", "setslot", str(slot), "node", target_id)
 
     def pause(self, port: int) -> None:
         self.processes[port].send_signal(signal.SIGSTOP)

@@ -10,7 +10,6 @@ run the same scripts on the same key layout (:mod:`.redis_layout`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     AskError,
-    ClusterDownError,
+    ClusterError,
     NoScriptError,
     RedisClusterException,
     RedisError,
@@ -47,8 +46,8 @@ CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
 _BACKOFF_CAP_S = 0.2
 # What a cluster answers while it moves slots or elects a master: the call is tried again
-# (within its bound) rather than failed.
-_TOPOLOGY_ERRORS = (TryAgainError, ClusterDownError, AskError, SlotNotCoveredError)
+# (within its bound) rather than failed. ClusterError: redis-py gave up following redirections.
+_TOPOLOGY_ERRORS = (TryAgainError, ClusterError, AskError, SlotNotCoveredError)
 
 Client = aioredis.Redis | RedisCluster
 
@@ -191,6 +190,11 @@ _FAILED_IN_CALL: ContextVar[dict[int, str] | None] = ContextVar(
 )
 
 
+# True in a call whose server answered NOSCRIPT (it restarted, was flushed, or took the slot
+# over from another node): its next attempt sends the scripts' source (EVAL caches them).
+BY_SOURCE: ContextVar[bool] = ContextVar("shortterm_redis_by_source", default=False)
+
+
 class Calls:
     """Runs one Redis round trip at a time within the tier's bound, mapping its errors."""
 
@@ -198,9 +202,6 @@ class Calls:
         # None: the client's own timeouts bound each call (a client passed in by the caller).
         self.call_timeout_s = call_timeout_s
         self.closed = False
-        # True after a server answered NOSCRIPT (it restarted, or was flushed): the scripts
-        # go by source (EVAL, which caches them again) until a call succeeds.
-        self.by_source = False
 
     @contextmanager
     def operation(self) -> Iterator[None]:
@@ -222,6 +223,15 @@ class Calls:
             raise StoreUnavailable("Redis hot tier is closed")
         if earlier is not None:
             raise StoreUnavailable(f"Redis {what} not tried: {earlier}")
+        token = BY_SOURCE.set(False)
+        try:
+            return await self._attempts(what, make, failed)
+        finally:
+            BY_SOURCE.reset(token)
+
+    async def _attempts(
+        self, what: str, make: Callable[[], Awaitable[Any]], failed: dict[int, str] | None
+    ) -> Any:
         bound = self.call_timeout_s
         deadline = None if bound is None else time.monotonic() + bound
         pause = 0.01
@@ -229,13 +239,11 @@ class Calls:
             async with asyncio.timeout(bound):
                 while True:
                     try:
-                        result = await make()
-                        self.by_source = False
-                        return result
+                        return await make()
                     except NoScriptError:
-                        if self.by_source:
+                        if BY_SOURCE.get():
                             raise
-                        self.by_source = True
+                        BY_SOURCE.set(True)  # for this call's next attempt
                     except _TOPOLOGY_ERRORS:
                         if deadline is None or time.monotonic() + pause >= deadline:
                             raise
@@ -250,8 +258,3 @@ class Calls:
             if failed is not None and isinstance(exc, (*_TOPOLOGY_ERRORS, RedisClusterException)):
                 failed[id(self)] = f"Redis failed earlier in this call ({exc})"
             raise StoreUnavailable(f"Redis {what} failed: {exc}") from exc
-
-
-def close_unstarted(awaitable: object) -> None:
-    if inspect.iscoroutine(awaitable):
-        awaitable.close()

@@ -12,6 +12,7 @@ hash tag, which Redis Cluster uses, alone, to choose the key's slot::
     P{g<k>}tb, th, tl            the group's copy of the forget fence
     P{g<k>}ep                    the group's copy of the floor
     P{g<k>}sv                    the group's copy of the newest settings change
+    P{g<k>}moving                never written: see :meth:`Layout.fixed_keys`
     P{o:<kind>:<owner>}          the owner directory: every key of the owner, in any group
     P{o:<kind>:<owner>}c         "this owner was re-read from the durable tier" marker
     P{turns}...                  the sidecar's shared turns (one slot for all of them)
@@ -67,9 +68,15 @@ class Layout:
 
     def fixed_keys(self, group: int) -> list[str]:
         """The group's keys a script may touch whatever it does (totals, expiry set, fence,
-        floor, settings): declared by every script of the group."""
+        floor, settings), declared by every script of the group, and a key no one writes.
+
+        That last one is what keeps a script whole while a cluster moves the group's slot:
+        Redis runs a script only where every declared key is, and answers ``TRYAGAIN`` when
+        some are missing on a node whose slot is migrating or importing. With a key always
+        missing, no script of the group runs until the slot has moved (the call is tried
+        again within its bound), so none ever finds part of its records on the other node."""
         b = self._bases[group]
-        return [b + "n", b + "b", b + "x", b + "th", b + "tb", b + "tl", b + "ep", b + "sv"]
+        return [b + k for k in ("n", "b", "x", "th", "tb", "tl", "ep", "sv", "moving")]
 
     def record(self, key: ScopeKey, member: str) -> str:
         return f"{self._bases[self.key_group(key)]}e:{member}"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, cast
 
-from .redis_client import Calls, Client
+from .redis_client import BY_SOURCE, Calls, Client
 from .redis_layout import Layout
 
 __all__ = ["Groups", "Script"]
@@ -66,7 +66,7 @@ class Groups:
 
     def eval(self, target: Any, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Queue (on a pipeline) or start (on the client) one script call."""
-        if self.calls.by_source:
+        if BY_SOURCE.get():
             return target.eval(script.source, len(keys), *keys, *args)
         return target.evalsha(script.sha, len(keys), *keys, *args)
 
