@@ -96,6 +96,7 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
     kept: dict[str, str] = {}  # channel -> a token acknowledged after its clear returned
     clearing: set[str] = set()  # channels whose clear of this lap began
     async with shortterm.open(store=store, cache=cache, config=CONFIG) as memory:
+        memory.store = Jitter(memory.store, rng, 0.02)  # type: ignore[assignment]
         memory.cache = Jitter(memory.cache, rng)  # type: ignore[assignment]
         begin_write = memory.begin_write
 
@@ -116,7 +117,7 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
             await asyncio.sleep(rng.random() * 0.3)
             await say(channel, f"old{i}x")
             racing = asyncio.create_task(say(channel, f"race{i}x"))
-            await asyncio.sleep(rng.random() * 0.01)
+            await asyncio.sleep(rng.random() * 0.004)
             clearing.add(channel)
             await memory.clear_channel(channel)
             await racing
