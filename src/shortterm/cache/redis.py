@@ -114,9 +114,9 @@ class RedisCache:
         self._calls = Calls(call_timeout_s)
         self._g = Groups(client, self.layout, self._calls)
         self._writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
-        # The floor (see restore_floor): '1' once this process set or read it, so its writes
-        # require it; `_floor_lost` until then, and when a write found it gone or above its
-        # position.
+        # The floor (see restore_floor): `_writes.floor_required` is '1' once this process set
+        # or read it, so its writes require it; `_floor_lost` until then, and when a write
+        # found it gone or above its position.
         self._floor_lost = True
         self._token = uuid.uuid4().hex
         self._settings_seen = 0  # the newest settings change an owner read returned
