@@ -97,7 +97,12 @@ class Cluster:
             return False
 
     def state_ok(self) -> bool:
-        return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
+        """Every node says the cluster is ok, and all agree on who serves which slot (right
+        after ``--cluster create`` a node may still point a slot at the wrong master)."""
+        if not all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports):
+            return False
+        checked = self.cli(self.ports[0], "--cluster", "check", f"127.0.0.1:{self.ports[0]}")
+        return "All nodes agree about slots configuration" in checked
 
     def node_id(self, port: int) -> str:
         return self.cli(port, "cluster", "myid").strip()

@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -149,38 +150,20 @@ def _cluster_client(
         if not node.hostname:
             raise ConfigError(f"{shown!r}: a seed node needs a host ({hostport!r})")
         nodes.append(ClusterNode(node.hostname, port))
-    # redis-py reads its connection options (password, TLS, timeouts...) from one node's URL.
+    # redis-py's URL parser reads the options every node shares (credentials, TLS, timeouts,
+    # typed as it types them) from the first seed node's URL with the query.
     scheme = parts.scheme.split("+")[0]
-    seed_url = urlunsplit(
-        (
-            scheme,
-            f"{userinfo}@{hosts.split(',')[0]}" if userinfo else hosts.split(",")[0],
-            "",
-            "",
-            "",
-        )
-    )
-    from redis.asyncio.connection import parse_url
-
-    kwargs: dict[str, Any] = {**timeouts, **parse_url(seed_url)}
-    kwargs.update(_typed(query))
-    kwargs.pop("host", None)
-    kwargs.pop("port", None)
-    kwargs.pop("db", None)
-    kwargs.pop("connection_class", None)
+    first = hosts.split(",")[0]
+    netloc = f"{userinfo}@{first}" if userinfo else first
+    kwargs: dict[str, Any] = {
+        **timeouts,
+        **parse_url(urlunsplit((scheme, netloc, "", urlencode(query), ""))),
+    }
+    for server_only in ("host", "port", "db", "path", "connection_class"):
+        kwargs.pop(server_only, None)
     if scheme == "rediss":
         kwargs["ssl"] = True
     return RedisCluster(startup_nodes=nodes, decode_responses=True, retry=retry, **kwargs)
-
-
-def _typed(query: dict[str, str]) -> dict[str, Any]:
-    """redis-py's own query options, parsed as its URL parser parses them."""
-    from redis.asyncio.connection import parse_url
-
-    if not query:
-        return {}
-    parsed = parse_url("redis://x/?" + "&".join(f"{k}={v}" for k, v in query.items()))
-    return {k: v for k, v in parsed.items() if k in query}
 
 
 # The facade call in progress in this task, and which tiers failed during it (by id: one
@@ -241,9 +224,9 @@ class Calls:
                     try:
                         return await make()
                     except NoScriptError:
-                        if BY_SOURCE.get():
-                            raise
                         BY_SOURCE.set(True)  # for this call's next attempt
+                        if deadline is None:
+                            return await make()
                     except _TOPOLOGY_ERRORS:
                         if deadline is None or time.monotonic() + pause >= deadline:
                             raise

@@ -13,14 +13,23 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, cast
 
+from redis.exceptions import NoScriptError
+
 from .redis_client import BY_SOURCE, Calls, Client
 from .redis_layout import Layout
 
 __all__ = ["Groups", "Script"]
 
 
+def _failed(reply: object) -> bool:
+    return isinstance(reply, Exception)
+
+
 def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+_SOURCES: dict[str, str] = {}  # every script's source by its SHA, to resend it by source
 
 
 class Script:
@@ -29,6 +38,23 @@ class Script:
     def __init__(self, source: str) -> None:
         self.source = source if source.startswith("#!lua") else "#!lua\n" + source
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+        _SOURCES[self.sha] = self.source
+
+
+class _Recorder:
+    """Stands in for a pipeline while a batch is built: the commands, to send (again)."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.commands.append((name, args, kwargs))
+
+        return record
+
+
+_NOT_YET = object()
 
 
 # Every one but RECORD_FORGET and FLOOR starts with the shared helpers of prelude.lua;
@@ -74,12 +100,31 @@ class Groups:
         return await self.calls.call(what, lambda: self.eval(self.client, script, keys, args))
 
     async def batch(self, what: str, build: Callable[[Any], object]) -> list[Any]:
-        """One pipeline (one round trip per node), built anew for every attempt."""
+        """One pipeline (one round trip per node). An attempt that failed in part (a node
+        without the script, a slot moving) sends again only the commands that failed, so a
+        command is never applied twice and every reply is its first application's."""
+        recorder = _Recorder()
+        build(recorder)
+        commands = recorder.commands
+        replies: list[Any] = [_NOT_YET] * len(commands)
+        by_source: set[int] = set()
 
         async def send() -> list[Any]:
+            pending = [i for i, r in enumerate(replies) if r is _NOT_YET or _failed(r)]
             pipe = self.client.pipeline(transaction=False)
-            build(pipe)
-            return await pipe.execute()
+            for i in pending:
+                name, args, kwargs = commands[i]
+                if name == "evalsha" and (i in by_source or BY_SOURCE.get()):
+                    name, args = "eval", (_SOURCES[args[0]], *args[1:])
+                getattr(pipe, name)(*args, **kwargs)
+            for i, reply in zip(pending, await pipe.execute(raise_on_error=False), strict=True):
+                replies[i] = reply
+                if isinstance(reply, NoScriptError):
+                    by_source.add(i)
+            for reply in replies:
+                if _failed(reply):
+                    raise reply
+            return replies
 
         return cast(list[Any], await self.calls.call(what, send))
 
