@@ -7,6 +7,7 @@ import pytest
 import shortterm
 from shortterm.cache.redis import RedisCache
 from shortterm.cache.redis_layout import Layout
+from shortterm.model import ScopeMeta
 from shortterm.model.config import Config
 from shortterm.model.errors import ConfigError
 from tests.cluster_support import Cluster
@@ -57,3 +58,25 @@ async def test_the_facade_opens_a_cluster_url(redis_cluster: Cluster) -> None:
         assert entry is not None and entry.messages[0].content == "hello there"
         await memory.clear_channel("c1")
         assert await memory.get(key) is None
+
+
+async def test_scripts_flushed_on_some_nodes_are_resent_and_counts_stay_exact(
+    redis_cluster: Cluster,
+) -> None:
+    """A node that lost its scripts (a restart) answers NOSCRIPT to its part of a pipeline:
+    only that part is sent again, by source, so nothing is applied twice or counted out."""
+    cache = RedisCache.from_url(f"{redis_cluster.url}?prefix=stm-flush:&groups=16", Config())
+    meta = ScopeMeta(server_id="g1")
+    try:
+        for n in range(12):
+            key = shortterm.ScopeKey.user("u1", f"c{n}", "p1")
+            await cache.capture(
+                key, (shortterm.Message("user", "hi", author_id="u1"),), meta, None, 1.0
+            )
+        assert await cache.delete_owner("user", "nobody") == 0  # every master has the script
+        redis_cluster.cli(redis_cluster.ports[0], "script", "flush")  # one master of three
+        assert await cache.delete_owner("user", "u1") == 12
+        assert await cache.delete_owner("user", "u1") == 0
+    finally:
+        await cache.clear_prefix()
+        await cache.close()
