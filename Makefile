@@ -7,7 +7,7 @@ CKSUM  := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 STAMP  := $(VENV)/.installed-$(CKSUM)
 SERVE  := $(VENV)/.serving-$(CKSUM)
 
-.PHONY: run demo test browser haproxy lint bench dist clean
+.PHONY: run demo test browser haproxy redis_server lint bench dist clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): pip installs shortterm with its dev, postgres and redis extras (quiet; 1-2 minutes on a fresh clone)"
@@ -35,7 +35,7 @@ REDIS_URL    ?= redis://127.0.0.1:6379/0
 
 # The PostgreSQL and Redis tests run when both answer at POSTGRES_URL and REDIS_URL (a quick
 # probe); SHORTTERM_TEST_POSTGRES_URL / SHORTTERM_TEST_REDIS_URL, when set, win (CI sets them).
-test: $(STAMP) browser haproxy   ## the whole test suite
+test: $(STAMP) browser haproxy redis_server   ## the whole test suite
 	@eval "$$($(BIN)/python scripts/local_services.py --postgres '$(POSTGRES_URL)' --redis '$(REDIS_URL)')" && \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -56,12 +56,16 @@ endef
 
 CHROMIUM ?= /usr/bin/chromium
 HAPROXY  ?= /usr/sbin/haproxy
+REDIS_SERVER ?= /usr/bin/redis-server
 
 browser:                 ## Debian's Chromium for the inspector's browser tests
 	$(call debian_tool,$(CHROMIUM),chromium,the browser tests)
 
 haproxy:                 ## Debian's haproxy for the deployment's proxy tests (deploy/haproxy.cfg)
 	$(call debian_tool,$(HAPROXY),haproxy,the proxy tests)
+
+redis_server:            ## Debian's redis-server (and redis-cli) for the Redis Cluster tests
+	$(call debian_tool,$(REDIS_SERVER),redis-server,the Redis Cluster tests)
 
 lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff check src tests benchmarks scripts examples

@@ -8,7 +8,7 @@ Backends that need a service (PostgreSQL, Redis) read ``SHORTTERM_TEST_POSTGRES_
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,6 +22,7 @@ from shortterm.model.config import Config
 from shortterm.store.base import Store
 from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
+from tests.cluster_support import Cluster, redis_url_for, require_redis_server, running_cluster
 from tests.support import (
     CacheFactory,
     FakeClock,
@@ -39,7 +40,15 @@ def clock() -> FakeClock:
 
 
 STORE_BACKENDS = ["memory", "sqlite", "postgres"]
-CACHE_BACKENDS = ["inprocess", "redis"]
+CACHE_BACKENDS = ["inprocess", "redis", "redis-cluster"]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """Three Redis Cluster masters of our own (Debian's redis-server), for the session."""
+    require_redis_server()
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -83,8 +92,8 @@ async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFa
     opened: list[HotTier] = []
     prefixes: list[str] = []
     redis_url = ""
-    if request.param == "redis":
-        redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    if request.param in ("redis", "redis-cluster"):
+        redis_url = redis_url_for(request, request.param)
 
     async def make(**overrides: int) -> HotTier:
         cfg = Config().replace(**overrides) if overrides else Config()
@@ -96,7 +105,7 @@ async def cache_factory(request: pytest.FixtureRequest) -> AsyncIterator[CacheFa
                 max_entries=cfg.max_entries,
                 max_bytes=cfg.max_bytes,
             )
-        elif request.param == "redis":
+        elif request.param in ("redis", "redis-cluster"):
             from shortterm.cache.redis import RedisCache
 
             prefix = f"stm-test:{uuid.uuid4().hex[:16]}:"  # a fresh, empty cache per call
@@ -143,6 +152,16 @@ async def scale_urls() -> AsyncIterator[tuple[str, str]]:
     await clear_redis_prefix(redis_url, prefix)
 
 
+@pytest.fixture
+async def cluster_scale_urls(redis_cluster: Cluster) -> AsyncIterator[tuple[str, str]]:
+    """:func:`scale_urls` with the hot tier on the session's Redis Cluster."""
+    pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    tag = uuid.uuid4().hex[:16]
+    schema, prefix = f"t_{tag}", f"stm-test:{tag}:"
+    yield with_query(pg_url, schema=schema), with_query(redis_cluster.url, prefix=quote(prefix))
+    await drop_postgres_schema(pg_url, schema)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A durable store URL several processes can share: a SQLite file, or a fresh PostgreSQL
@@ -156,12 +175,14 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     await drop_postgres_schema(pg_url, schema)
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])
+@pytest.fixture(params=["sqlite+inprocess", "postgres+redis", "postgres+cluster"])
 def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(store, cache) URLs: one process's default, and the tiers several processes share."""
+    """(store, cache) URLs: one process's default, and the tiers several processes share
+    (on one Redis node, and on a Redis Cluster)."""
     if request.param == "sqlite+inprocess":
         return f"sqlite:///{tmp_path / 'stm.db'}", "memory://"
-    store, cache = request.getfixturevalue("scale_urls")
+    shared = "scale_urls" if request.param == "postgres+redis" else "cluster_scale_urls"
+    store, cache = request.getfixturevalue(shared)
     return str(store), str(cache)
 
 

@@ -92,6 +92,16 @@ def found_in(text: str, tokens: set[str]) -> set[str]:
     return {t for t in tokens if t in text}
 
 
+def redis_client(url: str) -> Any:
+    """A client for a test's Redis: one node, or every node of a ``redis+cluster://`` URL
+    (a cluster's scan walks each master)."""
+    if "+cluster://" in url:
+        from shortterm.cache.redis_client import open_url
+
+        return open_url(url).client
+    return aioredis.Redis.from_url(url, decode_responses=True)
+
+
 async def raw_contents(
     *,
     sqlite_path: str | None = None,
@@ -116,7 +126,7 @@ async def raw_contents(
             cur = await conn.execute(f"SELECT summary, categories::text FROM {table}")
             parts.extend(repr(r) for r in await cur.fetchall())
     if redis_url is not None and prefix is not None:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        client = redis_client(redis_url)
         try:
             async for key in client.scan_iter(match=prefix + "*", count=1000):
                 kind = await client.type(key)

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 import shortterm
 from shortterm.cache.redis import RedisCache
+from shortterm.cache.redis_layout import Layout
 from shortterm.model import Message, ScopeKey
 from shortterm.model.config import Config
 from shortterm.model.errors import ConfigError, StoreUnavailable
@@ -110,11 +111,20 @@ async def test_every_key_has_a_safety_ttl_beyond_its_logical_life(
     now = time.time() + 10 * 365 * 86400  # a clock far from real time changes nothing
     await cache.capture(S, msgs("hi", at=now), META, None, now)
     names = [name async for name in admin.scan_iter(match=f"{prefix}*")]
-    ttls = {name[len(prefix) :].split(":", 1)[0]: await admin.pttl(name) for name in names}
+    ttls = {_kind(name[len(prefix) :]): await admin.pttl(name) for name in names}
     assert 650_000 < ttls["e"] <= 700_000  # 100 s of life + 600 s of margin
-    for kind in ("o", "c", "a"):  # indexes outlive the records they list
+    for kind in ("o", "c", "a", "directory"):  # indexes outlive the records they list
         assert ttls[kind] >= ttls["e"] - 1000
     assert ttls["x"] == -1 and ttls["n"] == -1  # shared bookkeeping, cleaned by sweep
+
+
+def _kind(name: str) -> str:
+    """What a key under the prefix is: ``e`` for ``{g3}e:...``, ``directory`` for an owner's
+    ``{o:server:g1}``."""
+    tag, rest = name[1:].split("}", 1)
+    if tag.startswith("o:"):
+        return "directory" if not rest else "marker"
+    return rest.split(":", 1)[0]
 
 
 async def test_owners_are_complete_only_while_a_marker_says_so(open_cache: Opener) -> None:
@@ -145,7 +155,7 @@ async def test_records_lost_behind_our_back_leave_no_ghosts(
     gone, kept = ScopeKey.server("g1", "c1"), ScopeKey.server("g1", "c2")
     await cache.capture(gone, msgs("a"), META, None, T0)
     await cache.capture(kept, msgs("b"), META, None, T0)
-    record = f'{prefix}e:["server","g1","c1",null]'
+    record = Layout(prefix).record(gone, '["server","g1","c1",null]')
     assert await admin.delete(record) == 1  # as an eviction or an expired safety TTL would
     entries, _ = await cache.owner_entries("server", "g1", T0)
     assert [e.key for e in entries] == [kept]

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from benchmarks.bench_backends import Relay, _via
 
 from shortterm.cache.redis import RedisCache
+from shortterm.cache.redis_codec import durable_json
 from shortterm.model import Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
 from shortterm.model.config import Config
 from shortterm.model.fence import (
@@ -108,7 +109,8 @@ class OneScopeOracle:
         fence: WriteFence | None,
     ) -> bool:
         c = self.cache
-        d, vexp = c._durable(durable) if durable is not None else ("", "")
+        d, vexp = durable_json(durable, c.summary_ttl_s) if durable is not None else ("", "")
+        group = c.layout.key_group(key)
         position, targets = "", "[]"
         if fence is not None:
             position = str(fence.position)
@@ -119,10 +121,10 @@ class OneScopeOracle:
             named = sorted({m.author_id for m in messages if m.author_id is not None})
             m_json = _dumps([now, [_message(m) for m in messages]])
             args = [
-                c.prefix,
+                c.layout.base(group),
                 _dumps([key.kind, key.owner_id, key.channel_id, key.persona_id]),
-                c._owner_key(key.kind, key.owner_id),
-                c._channel_key(key.channel_id),
+                c.layout.owner_index(group, key.kind, key.owner_id),
+                c.layout.channel_index(key.channel_id),
                 str(durable.revision) if durable is not None else "",
                 _meta(durable.meta if durable is not None else meta),
                 d,
@@ -138,6 +140,9 @@ class OneScopeOracle:
                 _dumps([[a, t] for a, t in author_targets(named).items()]),
             ]
             reply = await self.script(args=args)
+            directory = c.layout.directory(key.kind, key.owner_id)  # as the tier lists it
+            await c.client.zadd(directory, {args[1]: now})
+            await c.client.pexpire(directory, c._directory_ms)
             outcome = int(reply[0])
             if outcome == -2:
                 gone = set(json.loads(reply[3]))
@@ -260,8 +265,9 @@ async def test_purged_authors_are_dropped_from_each_scope_in_the_same_call(
         assert [m.content for m in user_entry.messages] == ["from u1", "system"]
         # The server scope lost its only message; its durable mirror was never cached.
         assert await cache.get(server, T0) is None
-        assert await admin.smembers(f"{prefixes[0]}a:u2") == set()
-        raw = await admin.hget(f"{prefixes[0]}e:" + _dumps(["user", "u1", "c1", "p1"]), "au")
+        layout = cache.layout
+        assert await admin.smembers(layout.author_index(layout.key_group(user), "u2")) == set()
+        raw = await admin.hget(layout.record(user, _dumps(["user", "u1", "c1", "p1"])), "au")
         assert raw == '["u1"]'
     finally:
         await cache.close()

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.cluster_support import redis_url_for
 from tests.fence_support import found_in, raw_contents
 from tests.support import clear_redis_prefix, drop_postgres_schema, service_url, with_query
 from tests.workers import ROOT, Worker
@@ -47,7 +48,9 @@ class Place:
         return await raw_contents(**self.raw)
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+inprocess", "postgres+redis"])
+@pytest.fixture(
+    params=["sqlite+inprocess", "postgres+inprocess", "postgres+redis", "postgres+redis-cluster"]
+)
 async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Place]:
     store_kind, cache_kind = request.param.split("+")
     tag = uuid.uuid4().hex[:16]
@@ -60,8 +63,8 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         raw["pg_url"] = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
         raw["schema"] = f"t_{tag}"
         store = with_query(raw["pg_url"], schema=raw["schema"])
-    if cache_kind == "redis":
-        raw["redis_url"] = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    if cache_kind in ("redis", "redis-cluster"):
+        raw["redis_url"] = redis_url_for(request, cache_kind)
         raw["prefix"] = f"stm-test:{tag}:"
         cache = with_query(raw["redis_url"], prefix=quote(raw["prefix"]))
     yield Place(store, cache, **raw)

@@ -26,6 +26,7 @@ import pytest
 import shortterm
 from shortterm.model.fence import WriteFence
 from shortterm.tool import texts
+from tests.cluster_support import redis_url_for
 from tests.fence_support import Jitter, Seen, found_in, raw_contents, with_token
 from tests.support import clear_redis_prefix, drop_postgres_schema, service_url, with_query
 
@@ -45,7 +46,9 @@ class Backends:
     prefix: str | None = None
 
 
-@pytest.fixture(params=["sqlite+inprocess", "postgres+inprocess", "postgres+redis"])
+@pytest.fixture(
+    params=["sqlite+inprocess", "postgres+inprocess", "postgres+redis", "postgres+redis-cluster"]
+)
 async def backends(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backends]:
     store_kind, cache_kind = request.param.split("+")
     tag = uuid.uuid4().hex[:16]
@@ -57,8 +60,8 @@ async def backends(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         b.pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
         b.schema = f"t_{tag}"
         b.store = with_query(b.pg_url, schema=b.schema)
-    if cache_kind == "redis":
-        b.redis_url = service_url("SHORTTERM_TEST_REDIS_URL", "Redis")
+    if cache_kind in ("redis", "redis-cluster"):
+        b.redis_url = redis_url_for(request, cache_kind)
         b.prefix = f"stm-test:{tag}:"
         b.cache = with_query(b.redis_url, prefix=quote(b.prefix))
     yield b

@@ -34,9 +34,17 @@ def summary(text: str) -> dict[str, Any]:
     return {"name": TOOL, "arguments": {"summary": text}}
 
 
+@pytest.fixture(params=["redis", "redis-cluster"])
+def shared_urls(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """PostgreSQL and a Redis shared by the replicas: one node, or a Redis Cluster."""
+    fixture = "scale_urls" if request.param == "redis" else "cluster_scale_urls"
+    store, cache = request.getfixturevalue(fixture)
+    return str(store), str(cache)
+
+
 @pytest.fixture
-def replicas(scale_urls: tuple[str, str]) -> Iterator[tuple[str, str]]:
-    store, cache = scale_urls
+def replicas(shared_urls: tuple[str, str]) -> Iterator[tuple[str, str]]:
+    store, cache = shared_urls
     with sidecar_process(store, cache) as a, sidecar_process(store, cache) as b:
         yield a, b
 
@@ -151,9 +159,9 @@ async def test_a_forged_or_tampered_turn_id_is_a_404_on_every_replica(
 
 @pytest.fixture
 async def shared_app(
-    scale_urls: tuple[str, str], clock: FakeClock
+    shared_urls: tuple[str, str], clock: FakeClock
 ) -> AsyncIterator[httpx.AsyncClient]:
-    store, cache = scale_urls
+    store, cache = shared_urls
     config = Config(sweep_interval_s=0)
     async with shortterm.open(store=store, cache=cache, clock=clock, config=config) as memory:
         app = create_app(memory, SidecarSettings(turn_ttl_s=60, max_turns=3))

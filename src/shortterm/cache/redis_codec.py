@@ -10,19 +10,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import Message, Privacy, ScopeKey, ScopeMeta
+from ..model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
 
 __all__ = [
     "authors",
     "authors_json",
     "decode_messages",
     "dumps",
+    "durable_json",
     "key_of",
     "lua_float",
     "member",
     "message_json",
     "messages_json",
     "meta_json",
+    "view",
 ]
 
 
@@ -94,4 +96,69 @@ def decode_messages(raw: list[Any]) -> tuple[Message, ...]:
             privacy=Privacy(privacy),
         )
         for role, content, author, speaker, at, message_id, privacy in raw
+    )
+
+
+def durable_json(row: ScopeRow, summary_ttl_s: float) -> tuple[str, str]:
+    """The mirrored durable values of a row, and when the last of them expires."""
+    d = dumps(
+        [
+            row.summary,
+            row.summary_at,
+            dict(row.categories),
+            row.categories_at,
+            row.turns_since_refresh,
+        ]
+    )
+    expiries = []
+    if row.summary is not None and row.summary_at is not None:
+        expiries.append(row.summary_at + summary_ttl_s)
+    if row.categories and row.categories_at is not None:
+        expiries.append(row.categories_at + summary_ttl_s)
+    return d, lua_float(max(expiries)) if expiries else ""
+
+
+def view(
+    key: ScopeKey,
+    fields: tuple[str, str | None, str | None],
+    now: float,
+    ttls: tuple[float, float],
+) -> Entry | None:
+    """The live view of a record (its ``meta``, ``d`` and ``m`` fields) at ``now``, given
+    the crude and summary TTLs; ``None`` when nothing in it is live."""
+    meta_raw, d_raw, m_raw = fields
+    crude_ttl_s, summary_ttl_s = ttls
+    messages: tuple[Message, ...] = ()
+    messages_at = None
+    if m_raw:
+        at, raw = json.loads(m_raw)
+        if raw and now < at + crude_ttl_s:
+            messages, messages_at = decode_messages(raw), at
+    summary = summary_at = categories_at = None
+    categories: dict[str, str] = {}
+    turns = 0
+    if d_raw:
+        s, s_at, cats, c_at, turns = json.loads(d_raw)
+        if s is not None and s_at is not None and now < s_at + summary_ttl_s:
+            summary, summary_at = s, s_at
+        if cats and c_at is not None and now < c_at + summary_ttl_s:
+            categories, categories_at = cats, c_at
+    if not messages and summary is None and not categories:
+        return None
+    server_id, server_name, channel_name, parent, private, lineage = json.loads(meta_raw)
+    return Entry(
+        key=key,
+        messages=messages,
+        summary=summary,
+        categories=categories,
+        turns_since_refresh=turns,
+        messages_at=messages_at,
+        summary_at=summary_at,
+        categories_at=categories_at,
+        server_id=server_id,
+        server_name=server_name,
+        channel_name=channel_name,
+        parent_channel_id=parent,
+        private=private,
+        persona_lineage_id=lineage,
     )

@@ -54,7 +54,7 @@ _cache_option = click.option(
     default="memory://",
     show_default=True,
     show_envvar=True,
-    help="Hot tier URL (memory:// or redis://…).",
+    help="Hot tier URL (memory://, redis://… or redis+cluster://…).",
 )
 
 

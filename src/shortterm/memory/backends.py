@@ -53,7 +53,7 @@ def make_cache(url: str, config: Config) -> HotTier:
             max_entries=config.max_entries,
             max_bytes=config.max_bytes,
         )
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         try:
             from ..cache.redis import RedisCache  # type: ignore[import-not-found,unused-ignore]
         except ModuleNotFoundError as exc:
@@ -62,4 +62,6 @@ def make_cache(url: str, config: Config) -> HotTier:
             raise
         cache: HotTier = RedisCache.from_url(url, config)
         return cache
-    raise ConfigError(f"cache={shown_url(url)!r}: unknown scheme {scheme!r} (memory or redis)")
+    raise ConfigError(
+        f"cache={shown_url(url)!r}: unknown scheme {scheme!r} (memory, redis or redis+cluster)"
+    )

@@ -210,8 +210,8 @@ class RedisTurnRegistry:
         self.max_turns = max_turns
         self._memory = memory
         self._cache = cache
-        self._hash_prefix = f"{cache.prefix}turn:"
-        self._index = f"{cache.prefix}turns"
+        self._hash_prefix = f"{cache.turn_prefix}turn:"
+        self._index = f"{cache.turn_prefix}turns"
         self._ttl_ms = str(max(1, int(ttl_s * 1000)))
         client = cache.client
         self._add = client.register_script(_ADD)
@@ -230,7 +230,7 @@ class RedisTurnRegistry:
         return self._hash_prefix + turn_id
 
     async def _run(self, what: str, script: Any, keys: list[str], args: list[str]) -> Any:
-        result: Any = await self._cache._call(what, script(keys=keys, args=args))
+        result: Any = await self._cache.run_script(what, script, keys, args)
         return result
 
     async def add(self, turn: Turn) -> str:

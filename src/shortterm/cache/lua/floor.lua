@@ -1,4 +1,4 @@
--- ARGV: P, token, head ('' = claim). The floor's two steps (see RedisCache.restore_floor).
+-- ARGV: the group base, token, head ('' = claim). The floor's two steps (see RedisCache.restore_floor).
 -- Claim: the floor if set; 'busy' while another process sets it; else 'claimed', after
 -- holding the key as 'pending:<token>' for a few seconds (a process that dies lets go).
 -- Set: the floor becomes head if our claim still holds; returns the floor, '' if it is gone.

@@ -1,4 +1,5 @@
--- Shared Lua helpers. ARGV[1] is always the key prefix.
+-- Shared Lua helpers. ARGV[1] is always the base of the group's keys (`P{g<k>}`, see redis_layout):
+-- every key built from it lies in the slot of the key the call declared first.
 local P = ARGV[1]
 
 local function totals(result)

@@ -1,3 +1,4 @@
+#!lua
 -- KEYS[1] the turn's hash, KEYS[2] the index; ARGV: id, args, expiry, now, max_turns, ttl_ms,
 -- the hash prefix. Drops expired ids (a batch), evicts the least recently used beyond
 -- max_turns (uses at the same clock reading go in id order), then adds the turn. Answers

@@ -1,3 +1,4 @@
+#!lua
 -- KEYS[1] the turn's hash. The one-upgrade guard: 'ok' (this call may write), 'done',
 -- 'busy' (another call is writing) or 'gone' (the turn ended).
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'gone' end

@@ -1,3 +1,4 @@
+#!lua
 -- KEYS as above; ARGV[1] the id, ARGV[2] '1' when captured (the turn ends) or '0' (the claim
 -- is given back).
 if ARGV[2] == '1' then

@@ -1,3 +1,4 @@
+#!lua
 -- KEYS as above; ARGV: id, now, new expiry, ttl_ms, claim ('1': claim the capture). Answers
 -- false for a missing or expired turn, 'capturing' when the claim is taken, else
 -- {args, upgrade state}; the expiry moves forward.

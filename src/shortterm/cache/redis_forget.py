@@ -1,0 +1,146 @@
+"""What the Redis hot tier does across its groups: the forget fence recorded in every group,
+the floor set in every group, and evictions that fan out (an owner, an author, the sweep).
+
+Each is one pipeline of one script per group (one round trip per node); none is atomic across
+groups, and none needs to be: a write is checked, in its own script, against its own group's
+copy of the fence and floor, and ``docs/design.md`` ("Forgetting") says why that suffices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+from ..model.fence import JOURNAL_RETENTION_S
+from .redis_codec import authors_json, decode_messages, key_of, lua_float, messages_json
+from .redis_scripts import AUTHORED, DELETE_INDEX, FLOOR, RECORD_FORGET, REWRITE, SWEEP, Groups
+
+__all__ = ["delete_indexes", "record", "scrub_author", "set_floors", "sweep"]
+
+SWEEP_BATCH = 500
+FLOOR_TRIES = 50  # 0.1 s apart: another process's claim is set within one round trip or expires
+
+
+async def record(g: Groups, seq: int, targets: Sequence[str], now: float, kind: str) -> None:
+    """A forget's (``kind`` '') or settings change's ('s') targets in every group's fence,
+    and a settings change in every group's ``sv``; returns once every group has them."""
+    rest = [str(seq), lua_float(now), lua_float(now - JOURNAL_RETENTION_S), kind, *targets]
+
+    def build(pipe: Any) -> None:
+        for group in g.all:
+            base = g.layout.base(group)
+            keys = [base + "th", base + "tb", base + "tl", base + "sv"]
+            g.eval(pipe, RECORD_FORGET, keys, [base, *rest])
+
+    await g.batch("forget record", build)
+
+
+async def _floors(g: Groups, groups: Sequence[int], token: str, head: str) -> list[str]:
+    def build(pipe: Any) -> None:
+        for group in groups:
+            base = g.layout.base(group)
+            g.eval(pipe, FLOOR, [base + "ep"], [base, token, head])
+
+    return [cast(str, got) for got in await g.batch("floor", build)]
+
+
+async def set_floors(
+    g: Groups, token: str, journal_head: Callable[[], Awaitable[int]]
+) -> int | None:
+    """Claim every group's floor (one pipeline), read the journal's end after the claims,
+    set it where we hold a claim; again until every group has a floor. Returns the highest,
+    ``None`` when another process held a claim throughout."""
+    groups = list(g.all)
+    for _try in range(FLOOR_TRIES):
+        got = await _floors(g, groups, token, "")
+        claimed = [group for group in groups if got[group] == "claimed"]
+        if claimed:
+            head = str(await journal_head())
+            for group, value in zip(claimed, await _floors(g, claimed, token, head), strict=True):
+                got[group] = value
+        if all(value not in ("", "busy", "claimed") for value in got):
+            return max(int(value) for value in got)
+        await asyncio.sleep(0.1)
+    return None
+
+
+async def delete_indexes(g: Groups, indexes: Sequence[tuple[int, str]], kind: str) -> int:
+    """Remove every record an index lists, for each (group, index) (one pipeline)."""
+
+    def build(pipe: Any) -> None:
+        for group, index in indexes:
+            args = [g.layout.base(group), index, kind, ""]
+            g.eval(pipe, DELETE_INDEX, g.declared(group, index), args)
+
+    replies = await g.batch("delete", build)
+    return sum(g.total(group, r) for (group, _), r in zip(indexes, replies, strict=True))
+
+
+async def scrub_author(
+    g: Groups, author_id: str, now: float, crude_ttl_s: float, margin_ms: str
+) -> int:
+    """Read every group's records listing the author (one pipeline), then rewrite each (a
+    compare-and-set, another pipeline); returns how many changed."""
+    groups = list(g.all)
+    changed = 0
+    # A record a concurrent capture rewrote between our read and our write is read again;
+    # one still listed after a few passes was captured anew after the scrub began.
+    for _attempt in range(5):
+
+        def read(pipe: Any, groups: Sequence[int] = groups) -> None:
+            for group in groups:
+                index = g.layout.author_index(group, author_id)
+                g.eval(pipe, AUTHORED, g.declared(group, index), [g.layout.base(group), index])
+
+        found = await g.batch("scrub read", read)
+        writes = [
+            (group, reply[i], reply[i + 1])
+            for group, reply in zip(groups, found, strict=True)
+            for i in range(0, len(reply), 2)
+        ]
+        if not writes:
+            break
+        groups = sorted({group for group, _, _ in writes})
+
+        def write(pipe: Any, writes: Sequence[tuple[int, str, str]] = writes) -> None:
+            for group, key_json, m_raw in writes:
+                at, raw = json.loads(m_raw)
+                kept = [m for m in decode_messages(raw) if m.author_id != author_id]
+                args = [
+                    g.layout.base(group),
+                    key_json,
+                    m_raw,
+                    messages_json(at, kept),
+                    lua_float(at + crude_ttl_s) if kept else "",
+                    authors_json(kept),
+                    lua_float(now),
+                    margin_ms,
+                ]
+                record_key = g.layout.record(key_of(key_json), key_json)
+                g.eval(pipe, REWRITE, g.declared(group, record_key), args)
+
+        results = await g.batch("scrub write", write)
+        for (group, _, _), result in zip(writes, results, strict=True):
+            changed += g.total(group, result) == 1
+    return changed
+
+
+async def sweep(g: Groups, now: float) -> int:
+    """Every group in one pipeline, again for those that had a full batch due."""
+    removed = 0
+    groups = list(g.all)
+    args = [lua_float(now), str(SWEEP_BATCH)]
+    while groups:
+
+        def build(pipe: Any, due: Sequence[int] = groups) -> None:
+            for group in due:
+                g.eval(pipe, SWEEP, g.declared(group), [g.layout.base(group), *args])
+
+        replies = await g.batch("sweep", build)
+        removed += sum(g.total(group, r) for group, r in zip(groups, replies, strict=True))
+        groups = [
+            group for group, r in zip(groups, replies, strict=True) if int(r[3]) >= SWEEP_BATCH
+        ]
+    return removed

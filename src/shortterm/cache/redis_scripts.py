@@ -1,0 +1,134 @@
+"""The Redis hot tier's Lua scripts (``lua/``) and how one runs in its group's slot.
+
+A script goes by its SHA (``EVALSHA``, no ``SCRIPT EXISTS`` first, also inside pipelines) and
+by its source after a server answered ``NOSCRIPT`` (it restarted or was flushed: ``EVAL``
+caches it again). Each starts with a ``#!lua`` shebang, so Redis (7 or later) checks every key
+it touches against the slot of the keys it declares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any, cast
+
+from redis.exceptions import NoScriptError
+
+from .redis_client import BY_SOURCE, Calls, Client
+from .redis_layout import Layout
+
+__all__ = ["Groups", "Script"]
+
+
+def _failed(reply: object) -> bool:
+    return isinstance(reply, Exception)
+
+
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+_SOURCES: dict[str, str] = {}  # every script's source by its SHA, to resend it by source
+
+
+class Script:
+    """A Lua script, run by its SHA and, after ``NOSCRIPT``, by its source."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source if source.startswith("#!lua") else "#!lua\n" + source
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+        _SOURCES[self.sha] = self.source
+
+
+class _Recorder:
+    """Stands in for a pipeline while a batch is built: the commands, to send (again)."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.commands.append((name, args, kwargs))
+
+        return record
+
+
+_NOT_YET = object()
+
+
+# Every one but RECORD_FORGET and FLOOR starts with the shared helpers of prelude.lua;
+# ARGV[1] is always the group's base (see redis_layout), and each file says what the rest of
+# its ARGV is and what it returns.
+_PRELUDE = _lua("prelude")
+CAPTURE = Script(_PRELUDE + _lua("capture"))
+APPLY = Script(_PRELUDE + _lua("apply"))
+DELETE = Script(_PRELUDE + _lua("delete"))
+DELETE_INDEX = Script(_PRELUDE + _lua("delete_index"))
+SWEEP = Script(_PRELUDE + _lua("sweep"))
+AUTHORED = Script(_PRELUDE + _lua("authored"))
+REWRITE = Script(_PRELUDE + _lua("rewrite"))
+RECORD_FORGET = Script(_lua("record_forget"))
+FLOOR = Script(_lua("floor"))
+
+
+class Groups:
+    """Runs scripts and pipelines on the tier's client, and keeps each group's totals as
+    its scripts last returned them (``stats()`` adds them up)."""
+
+    def __init__(self, client: Client, layout: Layout, calls: Calls) -> None:
+        self.client = client
+        self.layout = layout
+        self.calls = calls
+        self.totals = [(0, 0)] * layout.groups
+
+    @property
+    def all(self) -> range:
+        return range(self.layout.groups)
+
+    def declared(self, group: int, *keys: str) -> list[str]:
+        """The group's fixed keys and ``keys``: what a script of the group declares."""
+        return [*self.layout.fixed_keys(group), *keys]
+
+    def eval(self, target: Any, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Queue (on a pipeline) or start (on the client) one script call."""
+        if BY_SOURCE.get():
+            return target.eval(script.source, len(keys), *keys, *args)
+        return target.evalsha(script.sha, len(keys), *keys, *args)
+
+    async def run(self, what: str, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
+        return await self.calls.call(what, lambda: self.eval(self.client, script, keys, args))
+
+    async def batch(self, what: str, build: Callable[[Any], object]) -> list[Any]:
+        """One pipeline (one round trip per node). An attempt that failed in part (a node
+        without the script, a slot moving) sends again only the commands that failed, so a
+        command is never applied twice and every reply is its first application's."""
+        recorder = _Recorder()
+        build(recorder)
+        commands = recorder.commands
+        replies: list[Any] = [_NOT_YET] * len(commands)
+        by_source: set[int] = set()
+
+        async def send() -> list[Any]:
+            pending = [i for i, r in enumerate(replies) if r is _NOT_YET or _failed(r)]
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                name, args, kwargs = commands[i]
+                if name == "evalsha" and (i in by_source or BY_SOURCE.get()):
+                    name, args = "eval", (_SOURCES[args[0]], *args[1:])
+                getattr(pipe, name)(*args, **kwargs)
+            for i, reply in zip(pending, await pipe.execute(raise_on_error=False), strict=True):
+                replies[i] = reply
+                if isinstance(reply, NoScriptError):
+                    by_source.add(i)
+            for reply in replies:
+                if _failed(reply):
+                    raise reply
+            return replies
+
+        return cast(list[Any], await self.calls.call(what, send))
+
+    def total(self, group: int, reply: Sequence[Any]) -> int:
+        """Keep the group's totals from a script's reply; returns the reply's result."""
+        self.totals[group] = (int(reply[1]), int(reply[2]))
+        return int(reply[0])
