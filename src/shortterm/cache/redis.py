@@ -427,19 +427,15 @@ class RedisCache:
     async def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
         """Every key held, in batches (see ``ScopeLister``): a ``ZSCAN`` of each group's
         expiry set, which never blocks Redis for long; its cursor may repeat a key."""
-        batched: list[ScopeKey] = []
-        try:
+
+        async def expiring() -> AsyncIterator[Any]:
             for group in self._g.all:
                 expiries = self.layout.base(group) + "x"
                 async for name, _score in self.client.zscan_iter(expiries, count=batch):
-                    batched.append(key_of(cast(str, name)))
-                    if len(batched) >= batch:
-                        yield batched
-                        batched = []
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise StoreUnavailable(f"Redis scan failed: {exc}") from exc
-        if batched:
-            yield batched
+                    yield name
+
+        async for names in _batches(expiring(), batch):
+            yield [key_of(name) for name in names]
 
     async def clear_prefix(self) -> int:
         """Delete every key under this prefix (tests, resets); returns how many."""
@@ -465,11 +461,17 @@ def _glob_escape(text: str) -> str:
 
 
 async def _scan_batches(client: Client, pattern: str) -> AsyncIterator[list[str]]:
+    async for batch in _batches(client.scan_iter(match=pattern, count=1000), 1000):
+        yield batch
+
+
+async def _batches(names: AsyncIterator[Any], size: int) -> AsyncIterator[list[str]]:
+    """The names a Redis scan yields, in lists of ``size``; a failure is the tier's."""
     batch: list[str] = []
     try:
-        async for name in client.scan_iter(match=pattern, count=1000):
+        async for name in names:
             batch.append(cast(str, name))
-            if len(batch) >= 1000:
+            if len(batch) >= size:
                 yield batch
                 batch = []
     except (RedisError, RedisClusterException, OSError) as exc:
