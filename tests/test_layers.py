@@ -82,3 +82,41 @@ def test_no_forbidden_same_layer_import() -> None:
             if (own, folder) in FORBIDDEN:
                 crossing.append(f"{path.relative_to(ROOT)} imports shortterm.{folder}")
     assert crossing == []
+
+
+SURFACES = {folder for folder, layer in LAYER.items() if layer == LAYER["cli"]}
+# What a surface may read of the memory's tiers: their kind (one process's or shared), to choose
+# its own machinery (the sidecar's turn registry, the distiller's schedule).
+TIER_KIND = {"shared"}
+
+
+def _tier_uses(source: str, name: str) -> list[str]:
+    """``x.store.<name>`` / ``x.cache.<name>`` / ``x.tiers.<name>`` in a module: a reach past
+    the facade into the tiers behind it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr in ("store", "cache", "tiers")
+            and node.attr not in TIER_KIND
+        ):
+            found.append(f"{name}:{node.lineno} .{node.value.attr}.{node.attr}")
+    return found
+
+
+def test_surfaces_call_no_tier_method() -> None:
+    """Routes, commands and adapters go through the facade (one call each); a tier's methods
+    are the engine's to call."""
+    reaches = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.relative_to(ROOT).parts[0] in SURFACES:
+            reaches.extend(_tier_uses(path.read_text("utf-8"), str(path.relative_to(ROOT))))
+    assert reaches == []
+
+
+def test_the_surface_rule_sees_a_reach() -> None:
+    """The rule above would see the reach it forbids (it is not vacuous)."""
+    source = "async def f(memory):\n    with memory.cache.operation():\n        pass\n"
+    assert _tier_uses(source, "probe.py") == ["probe.py:2 .cache.operation"]
+    assert _tier_uses("def f(memory):\n    return memory.cache.shared\n", "probe.py") == []

@@ -90,6 +90,10 @@ def _on_engine(
     return call
 
 
+# Only read, never written: whatever a bot stores under these ids is left as it is.
+_PING_KEY = ScopeKey.server("shortterm-readyz-probe", "shortterm-readyz-probe")
+
+
 class Memory(ClosedOnExit):
     """Working memory for one bot process. Create it with :func:`shortterm.open`."""
 
@@ -376,3 +380,16 @@ class Memory(ClosedOnExit):
     def stats(self) -> dict[str, Any]:
         """Counters of both tiers: entries, bytes, hits, misses, evictions, expirations, ..."""
         return self._engine.stats()
+
+    async def ping_store(self) -> None:
+        """One cheap read of the durable tier (the journal's end), for readiness probes:
+        raises :class:`StoreUnavailable` when it does not answer. Changes nothing."""
+        await self.store.journal_head()
+
+    async def ping_cache(self) -> None:
+        """One cheap read of the hot tier, as an operation of its own (an earlier failure in
+        another call does not answer for it), for readiness probes: raises
+        :class:`StoreUnavailable` when it does not answer. Reads a key no bot writes."""
+        cache = self.cache
+        with cache.operation():
+            await cache.counter(_PING_KEY, self.clock())

@@ -19,16 +19,12 @@ from typing import Any
 
 from ..memory.facade import Memory
 from ..model.errors import StoreUnavailable
-from ..model.keys import ScopeKey
 
 __all__ = ["PROBE_TIMEOUT_S", "Readiness", "Verdict"]
 
 PROBE_TIMEOUT_S = 1.0
 MAX_AGE_S = 1.0
 STALE_AFTER_S = 5.0
-
-# Only read, never written: whatever a bot stores under these ids is left as it is.
-_PROBE_KEY = ScopeKey.server("shortterm-readyz-probe", "shortterm-readyz-probe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +95,8 @@ class Readiness:
         self._lock = asyncio.Lock()
         self._last: tuple[float, Verdict] | None = None
 
-        async def read_cache() -> None:
-            # One operation of its own: a failure earlier in another call must not answer.
-            with memory.cache.operation():
-                await memory.cache.counter(_PROBE_KEY, memory.clock())
-
-        self._store = _Probe("store", memory.store.journal_head)
-        self._cache = _Probe("cache", read_cache)
+        self._store = _Probe("store", memory.ping_store)
+        self._cache = _Probe("cache", memory.ping_cache)
 
     async def check(self) -> Verdict:
         async with self._lock:  # a request that waited here reuses the probe it waited for
