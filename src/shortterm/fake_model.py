@@ -31,6 +31,10 @@ model name and any API key are accepted. Malformed requests get a 4xx in OpenAI'
 a user sees the prompt shortterm built.
 
 Needs the ``[sidecar]`` extra (Starlette and uvicorn); ``import shortterm`` never loads this.
+
+Over 500 lines on purpose: a stand-alone command outside the library's layers, read top to
+bottom as a request becomes an answer (checks, the prompt read, the answer, the wire format,
+then the server); nothing else imports its parts.
 """
 
 from __future__ import annotations
