@@ -29,6 +29,7 @@ from typing import Any
 
 import shortterm
 from shortterm.bench.core import T0, Floor, Workload
+from shortterm.bench.report import machine, publish
 
 SECTION = "Per-turn cost against the floor"
 
@@ -132,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = measure(args.turns, args.rounds)
     shown = ["benchmarks/bench_turn_cost.py", *(argv if argv is not None else sys.argv[1:])]
-    from shortterm.bench.report import machine
 
     text = (
         f"Machine: {machine()}. Command: `python {' '.join(shown)}`. {args.turns:,} turns "
@@ -141,11 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds' medians; each ratio divides by the floor of its own round.\n\n"
         + table(out)
     )
-    print(text)
-    if args.write is not None:
-        from shortterm.bench.report import replace_section
-
-        replace_section(Path(args.write), SECTION, text)
+    publish(text, args.write, SECTION)
     return 0
 
 

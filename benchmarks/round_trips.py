@@ -42,6 +42,8 @@ from bench_sidecar import (
     with_query,
 )
 
+from shortterm.bench.report import publish
+
 SECTION = "Round trips per sidecar route"
 ROUTES = ("start turn", "tool call", "capture")
 _CHUNK = 1 << 16
@@ -188,13 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "loopback relays (see the script's docstring); one client, one sidecar process, "
         f"{args.turns} turns.\n\n" + table(seen)
     )
-    print(text)
-    if args.write is not None:
-        from pathlib import Path
-
-        from shortterm.bench.report import replace_section
-
-        replace_section(Path(args.write), SECTION, text)
+    publish(text, args.write, SECTION)
     return 0
 
 

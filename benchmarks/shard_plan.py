@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
 from shortterm.bench.core import Workload
+from shortterm.bench.report import publish
 from shortterm.cache.redis_layout import DEFAULT_GROUPS, Layout
 
 SECTION = "Past one PostgreSQL primary (simulated)"
@@ -81,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "databases an operation reaches, see the script's docstring.\n\n"
         + table(args.turns, args.groups)
     )
-    print(text)
-    if args.write is not None:
-        from shortterm.bench.report import replace_section
-
-        replace_section(Path(args.write), SECTION, text)
+    publish(text, args.write, SECTION)
     return 0
 
 

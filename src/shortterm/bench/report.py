@@ -49,3 +49,11 @@ def replace_section(path: Path, heading: str, body: str) -> None:
         text = text.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.rstrip("\n") + "\n", "utf-8")
+
+
+def publish(text: str, write: str | Path | None, heading: str) -> None:
+    """Print a benchmark's figures, and with ``write`` put them in that markdown file's
+    ``## heading`` section (the benchmarks' ``--write``)."""
+    print(text)
+    if write is not None:
+        replace_section(Path(write), heading, text)
