@@ -200,22 +200,16 @@ class RecordBook:
             categories, until = rec.categories, min(until, categories_until)
         if not messages and summary is None and not categories:
             return None
-        m = rec.meta
-        rec.view = Entry(
-            key=rec.key,
-            messages=messages,
-            summary=summary,
-            categories=categories,
-            turns_since_refresh=rec.turns,
-            messages_at=rec.messages_at if messages else None,
-            summary_at=rec.summary_at if summary is not None else None,
-            categories_at=rec.categories_at if categories else None,
-            server_id=m.server_id,
-            server_name=m.server_name,
-            channel_name=m.channel_name,
-            parent_channel_id=m.parent_channel_id,
-            private=m.private,
-            persona_lineage_id=m.persona_lineage_id,
+        rec.view = Entry._unchecked(
+            rec.key,
+            messages,
+            summary,
+            categories,
+            rec.turns,
+            rec.messages_at if messages else None,
+            rec.summary_at if summary is not None else None,
+            rec.categories_at if categories else None,
+            rec.meta,
         )
         rec.view_until = until
         return rec.view
