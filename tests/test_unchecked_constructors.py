@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from shortterm.model import Entry, Message, Privacy, ScopeKey, ScopeMeta
+from shortterm.model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
+from shortterm.prompt.context import Context, ContextItem
 
 
 def _same(a: object, b: object) -> None:
@@ -55,3 +56,17 @@ def test_entry_takes_every_field_and_its_newest_stamp() -> None:
         _same(fast, checked)
         assert fast._newest == checked._newest
         assert fast == checked
+
+
+def test_scope_row() -> None:
+    key = ScopeKey.user("u1", "c1")
+    meta = ScopeMeta("g1", private=True)
+    checked = ScopeRow(key, meta, "s", 1.0, {"a": "b"}, 2.0, 3, 4, 5, 6.0)
+    _same(ScopeRow._unchecked(key, meta, "s", 1.0, {"a": "b"}, 2.0, 3, 4, 5, 6.0), checked)
+
+
+def test_context_and_item() -> None:
+    item = ContextItem._unchecked("memory", "other_channels")
+    _same(item, ContextItem(text="memory", kind="other_channels"))
+    nudge = ContextItem(text="n", kind="nudge")
+    _same(Context._unchecked((item,), nudge, 3, 2), Context([item], nudge, 3, 2))

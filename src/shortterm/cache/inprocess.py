@@ -29,6 +29,8 @@ from .inprocess_records import channel_keys as _channel_keys
 
 __all__ = ["InProcessCache"]
 
+_NO_DEADLINE = nullcontext()  # reusable: it holds no state
+
 
 class InProcessCache(RecordBook):
     """The hot tier of one process: one dict in LRU order, a TTL heap, dict-of-set indexes."""
@@ -420,7 +422,7 @@ class InProcessCache(RecordBook):
         return {"entries": len(self._entries), "bytes": self._bytes, **self._counts}
 
     def operation(self) -> AbstractContextManager[None]:
-        return nullcontext()  # in-process calls do not time out
+        return _NO_DEADLINE  # in-process calls do not time out
 
     async def close(self) -> None:
         self._clear()

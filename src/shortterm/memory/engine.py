@@ -332,7 +332,7 @@ class Engine:
                     return await self._capture_behind(
                         wb, keys, scopes, meta, increment, fence, now, cold
                     )
-        durable: dict[tuple[Any, ...], ScopeRow] | None
+        rows: list[ScopeRow] | None
         try:
             if fence.store_down:
                 raise StoreUnavailable(self.journal.error)
@@ -342,18 +342,21 @@ class Engine:
             self.health.ok()
             if wb is not None:
                 rows = wb.with_pending(rows)  # the hot counter keeps the buffered steps
-            durable = {r.key.astuple: r for r in rows}
         except StoreUnavailable as exc:
             # Capture serves from the hot tier during an outage; the counter step is lost
             # and counted, never reported as done.
             self.health.failed("capture", exc)
             self.health.count("degraded_captures")
-            durable = None
+            rows = None
         hot: list[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]]
-        if durable is None:
+        if rows is None:
             hot = [(key, messages, None) for key, messages in scopes]
+        elif len(rows) == len(scopes):
+            # No scope was fenced, and the rows come back in order (``Store.touch``).
+            hot = [(key, messages, row) for (key, messages), row in zip(scopes, rows, strict=True)]
         else:
             # A scope the durable tier's fence refused is not written here either.
+            durable = {r.key.astuple: r for r in rows}
             hot = [
                 (key, messages, row)
                 for key, messages in scopes

@@ -312,7 +312,8 @@ async def build_context(
     )
     items: list[ContextItem] = []
     if other_text is not None:
-        items.append(ContextItem(text=other_text, kind="other_channels"))
+        # Never blank: the block's own header and footer frame it.
+        items.append(ContextItem._unchecked(other_text, "other_channels"))
     if same_text is not None:
         items.append(ContextItem(text=same_text, kind="same_channel"))
 
@@ -324,4 +325,5 @@ async def build_context(
         # Fresh memory matters to the next reply: pull it close to the end of the dialogue.
         fresh = engine.config.fresh_depth
         depth = fresh if depth < 0 else min(fresh, depth)
-    return Context(items, nudge, depth, settings.nudge_depth)
+    # Depths from checked settings and config, all within the context's bounds.
+    return Context._unchecked(tuple(items), nudge, depth, settings.nudge_depth)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar, cast
 
 from .errors import InvalidInput
 from .text import clean_text
 
 MAX_ID_CHARS = 256
+T = TypeVar("T")
 RENDER_MODES = ("crude_summary", "supersede")
 
 ScopeKind = Literal["user", "server"]
@@ -113,23 +114,23 @@ class ScopeKey:
         cls, kind: ScopeKind, owner_id: str, channel_id: str, persona_id: str | None
     ) -> ScopeKey:
         """A key from ids that were validated already (a turn's), at a third of the cost."""
-        key = _new(cls)
-        _kind(key, kind)
-        _owner(key, owner_id)
-        _channel(key, channel_id)
-        _persona(key, persona_id)
-        _astuple(key, (kind, owner_id, channel_id, persona_id))
-        return key
+        return _fill_key(
+            kind, owner_id, channel_id, persona_id, (kind, owner_id, channel_id, persona_id)
+        )
 
 
-def slot_setters(cls: type, *names: str) -> tuple[Callable[[object, object], None], ...]:
-    """The slot descriptors' setters of a frozen slotted dataclass: filling a trusted value
-    through them skips the frozen check and the attribute lookup ``object.__setattr__`` pays
-    for every field (the unchecked constructors of the hot paths use them)."""
-    return tuple(cls.__dict__[name].__set__ for name in names)
+def slot_filler(cls: type[T], *names: str) -> Callable[..., T]:
+    """A constructor of a frozen slotted dataclass from trusted values, given positionally
+    for ``names``: it fills each slot through its descriptor's setter, skipping the frozen
+    check and the attribute lookup that ``object.__setattr__`` pays for every field (the
+    unchecked constructors of the hot paths). Generated once per class, as ``dataclasses``
+    generates ``__init__``."""
+    setters = {f"_set_{name}": cls.__dict__[name].__set__ for name in names}
+    body = "".join(f"    _set_{name}(obj, {name})\n" for name in names)
+    source = f"def fill({', '.join(names)}):\n    obj = _new(_cls)\n{body}    return obj\n"
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
+    exec(source, scope)  # our own source, built from the class's field names
+    return cast("Callable[..., T]", scope["fill"])
 
 
-_new = object.__new__
-_kind, _owner, _channel, _persona, _astuple = slot_setters(
-    ScopeKey, "kind", "owner_id", "channel_id", "persona_id", "astuple"
-)
+_fill_key = slot_filler(ScopeKey, "kind", "owner_id", "channel_id", "persona_id", "astuple")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from .errors import InvalidInput
@@ -15,7 +15,7 @@ from .keys import (
     check_optional_id,
     check_optional_text,
     check_time,
-    slot_setters,
+    slot_filler,
 )
 from .text import clean_text
 
@@ -70,19 +70,10 @@ class Message:
         privacy: Privacy = Privacy.NONE,
     ) -> Message:
         """A message from parts that were validated already (a reply, a stamped copy)."""
-        msg = _new(cls)
-        _m_role(msg, role)
-        _m_content(msg, content)
-        _m_author(msg, author_id)
-        _m_speaker(msg, speaker)
-        _m_at(msg, at)
-        _m_message_id(msg, message_id)
-        _m_privacy(msg, privacy)
-        return msg
+        return _fill_message(role, content, author_id, speaker, at, message_id, privacy)
 
 
-_new = object.__new__
-_m_role, _m_content, _m_author, _m_speaker, _m_at, _m_message_id, _m_privacy = slot_setters(
+_fill_message = slot_filler(
     Message, "role", "content", "author_id", "speaker", "at", "message_id", "privacy"
 )
 
@@ -157,28 +148,28 @@ class Entry:
     ) -> Entry:
         """A view of a hot tier's record, whose parts it holds checked already (the
         in-process tier builds one each time a record changed)."""
-        entry = _new(cls)
-        _e_key(entry, key)
-        _e_messages(entry, messages)
-        _e_summary(entry, summary)
-        _e_categories(entry, categories)
-        _e_turns_since_refresh(entry, turns_since_refresh)
-        _e_messages_at(entry, messages_at)
-        _e_summary_at(entry, summary_at)
-        _e_categories_at(entry, categories_at)
-        _e_server_id(entry, meta.server_id)
-        _e_server_name(entry, meta.server_name)
-        _e_channel_name(entry, meta.channel_name)
-        _e_parent_channel_id(entry, meta.parent_channel_id)
-        _e_private(entry, meta.private)
-        _e_persona_lineage_id(entry, meta.persona_lineage_id)
         newest = -_INF if messages_at is None else messages_at
         if summary_at is not None and summary_at > newest:
             newest = summary_at
         if categories_at is not None and categories_at > newest:
             newest = categories_at
-        _e__newest(entry, newest)
-        return entry
+        return _fill_entry(
+            key,
+            messages,
+            summary,
+            categories,
+            turns_since_refresh,
+            messages_at,
+            summary_at,
+            categories_at,
+            meta.server_id,
+            meta.server_name,
+            meta.channel_name,
+            meta.parent_channel_id,
+            meta.private,
+            meta.persona_lineage_id,
+            newest,
+        )
 
     @property
     def updated_at(self) -> float | None:
@@ -190,37 +181,4 @@ class Entry:
         return not self.messages and self.summary is None and not self.categories
 
 
-(
-    _e_key,
-    _e_messages,
-    _e_summary,
-    _e_categories,
-    _e_turns_since_refresh,
-    _e_messages_at,
-    _e_summary_at,
-    _e_categories_at,
-    _e_server_id,
-    _e_server_name,
-    _e_channel_name,
-    _e_parent_channel_id,
-    _e_private,
-    _e_persona_lineage_id,
-    _e__newest,
-) = slot_setters(
-    Entry,
-    "key",
-    "messages",
-    "summary",
-    "categories",
-    "turns_since_refresh",
-    "messages_at",
-    "summary_at",
-    "categories_at",
-    "server_id",
-    "server_name",
-    "channel_name",
-    "parent_channel_id",
-    "private",
-    "persona_lineage_id",
-    "_newest",
-)
+_fill_entry = slot_filler(Entry, *(f.name for f in fields(Entry)))
