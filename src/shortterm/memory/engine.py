@@ -204,8 +204,11 @@ class Engine:
 
     # -- reads ----------------------------------------------------------------------------
 
-    async def get(self, key: ScopeKey) -> Entry | None:
-        await self.journal.follow()
+    async def get(self, key: ScopeKey, *, followed: bool = False) -> Entry | None:
+        """What ``key`` remembers now (``followed``: the caller followed the journal already
+        during this call, as a context build does first)."""
+        if not followed:
+            await self.journal.follow()
         now = self.clock()
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)

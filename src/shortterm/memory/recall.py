@@ -94,7 +94,7 @@ class _Reader:
 
     async def get(self, key: ScopeKey) -> Entry | None:
         try:
-            return await self.engine.get(key)
+            return await self.engine.get(key, followed=True)  # refresh_settings followed
         except StoreUnavailable as exc:
             self._failed(exc)
             return await self.engine.tiers.cache.get(key, self.engine.clock())
