@@ -74,6 +74,7 @@ class Engine:
         # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
         self.renders = RenderCache(0 if cache.shared else 16384)
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
+        self._last_snapshot: tuple[TurnArgs, int, rules.Snapshot] | None = None
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[KeyTuple] = set()
@@ -196,11 +197,17 @@ class Engine:
         known.put_users(await self.tiers.store.user_settings_since(since))
 
     def snapshot(self, args: TurnArgs) -> rules.Snapshot:
-        """The turn under the settings known now."""
+        """The turn under the settings known now. The last one is kept while no setting
+        changed: a turn's context and capture share it."""
         known = self.known_settings
+        last = self._last_snapshot
+        if last is not None and last[0] is args and last[1] == known.version:
+            return last[2]
         settings = known.server(args.server_id)
         privacy = rules.effective_privacy(args.privacy, known.stored_user(args.user_id))
-        return rules.Snapshot(args, settings, privacy, self.config)
+        snap = rules.Snapshot(args, settings, privacy, self.config)
+        self._last_snapshot = (args, known.version, snap)
+        return snap
 
     # -- reads ----------------------------------------------------------------------------
 
