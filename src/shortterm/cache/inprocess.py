@@ -298,11 +298,17 @@ class InProcessCache(RecordBook):
         held = self._by_owner.get(owner)
         out: list[Entry] = []
         if held is not None:
-            # Most views are still current: gather them in one C-speed pass, and walk the
-            # records again only when one changed or expired since it was last read.
-            out = [v for r in held.values() if (v := r.view) is not None and now < r.view_until]
+            # One pass: a current view is taken as it is (inline: most are), a record that
+            # changed or partly expired since it was last read gets a new one.
+            view = self._view
+            out = [
+                v
+                for r in held.values()
+                if (v := r.view if r.view is not None and now < r.view_until else view(r, now))
+                is not None
+            ]
             if len(out) < len(held):
-                out = self._owner_views(held, now)
+                self._drop_expired(held, now)  # some record has nothing live left
         self._counts["hits"] += len(out)
         if self._complete:
             return out, True
@@ -310,22 +316,10 @@ class InProcessCache(RecordBook):
             return out, owner not in self._incomplete
         return out, owner in self._complete_owners
 
-    def _owner_views(self, held: dict[KeyTuple, Record], now: float) -> list[Entry]:
-        """The live views of an owner's records, rebuilt where a record changed; records
-        with nothing live left are dropped once past their deadline."""
-        out: list[Entry] = []
-        expired: list[KeyTuple] = []
-        for kt, rec in held.items():
-            view = rec.view
-            if view is None or now >= rec.view_until:
-                view = self._view(rec, now)  # changed or partly expired since last read
-            if view is not None:
-                out.append(view)
-            elif now >= rec.expires_at:
-                expired.append(kt)
-        for kt in expired:
+    def _drop_expired(self, held: dict[KeyTuple, Record], now: float) -> None:
+        """Drop an owner's records that hold nothing live and are past their deadline."""
+        for kt in [kt for kt, rec in held.items() if now >= rec.expires_at]:
             self._remove(kt, "expirations")
-        return out
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         owner = (kind, owner_id)
