@@ -285,9 +285,8 @@ class Engine:
         """One turn's capture: the fence (and the journal followed) first, so the privacy
         choices it is planned under are those of this position and any later forget drops
         what it covers, in both tiers; then the plan (rules.plan_capture) is written."""
-        if fence is None:  # begin_write, inline: this runs on every turn
-            followed = await self.journal.follow()
-            fence = WriteFence(self.journal.head, args.user_id, store_down=not followed)
+        if fence is None:
+            fence = await self.begin_write(args.user_id)
         # The journal was followed where the fence was taken: only the look-back remains.
         now = self.clock()
         if self.known_settings.due(now, self.config.settings_refresh_s):
