@@ -29,6 +29,8 @@ from .inprocess_records import channel_keys as _channel_keys
 
 __all__ = ["InProcessCache"]
 
+_NO_DEADLINE = nullcontext()  # reusable: it holds no state
+
 
 class InProcessCache(RecordBook):
     """The hot tier of one process: one dict in LRU order, a TTL heap, dict-of-set indexes."""
@@ -293,25 +295,31 @@ class InProcessCache(RecordBook):
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
         owner = (kind, owner_id)
-        out: list[Entry] = []
-        expired: list[KeyTuple] = []
         held = self._by_owner.get(owner)
-        for kt, rec in held.items() if held is not None else ():
-            view = rec.view
-            if view is None or now >= rec.view_until:
-                view = self._view(rec, now)  # changed or partly expired since last read
-            if view is not None:
-                out.append(view)
-            elif now >= rec.expires_at:
-                expired.append(kt)
-        for kt in expired:
-            self._remove(kt, "expirations")
+        out: list[Entry] = []
+        if held is not None:
+            # One pass: a current view is taken as it is (inline: most are), a record that
+            # changed or partly expired since it was last read gets a new one.
+            view = self._view
+            out = [
+                v
+                for r in held.values()
+                if (v := r.view if r.view is not None and now < r.view_until else view(r, now))
+                is not None
+            ]
+            if len(out) < len(held):
+                self._drop_expired(held, now)  # some record has nothing live left
         self._counts["hits"] += len(out)
         if self._complete:
             return out, True
         if self._owners_ok:
             return out, owner not in self._incomplete
         return out, owner in self._complete_owners
+
+    def _drop_expired(self, held: dict[KeyTuple, Record], now: float) -> None:
+        """Drop an owner's records that hold nothing live and are past their deadline."""
+        for kt in [kt for kt, rec in held.items() if now >= rec.expires_at]:
+            self._remove(kt, "expirations")
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         owner = (kind, owner_id)
@@ -408,7 +416,7 @@ class InProcessCache(RecordBook):
         return {"entries": len(self._entries), "bytes": self._bytes, **self._counts}
 
     def operation(self) -> AbstractContextManager[None]:
-        return nullcontext()  # in-process calls do not time out
+        return _NO_DEADLINE  # in-process calls do not time out
 
     async def close(self) -> None:
         self._clear()

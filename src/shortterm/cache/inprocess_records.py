@@ -200,22 +200,16 @@ class RecordBook:
             categories, until = rec.categories, min(until, categories_until)
         if not messages and summary is None and not categories:
             return None
-        m = rec.meta
-        rec.view = Entry(
-            key=rec.key,
-            messages=messages,
-            summary=summary,
-            categories=categories,
-            turns_since_refresh=rec.turns,
-            messages_at=rec.messages_at if messages else None,
-            summary_at=rec.summary_at if summary is not None else None,
-            categories_at=rec.categories_at if categories else None,
-            server_id=m.server_id,
-            server_name=m.server_name,
-            channel_name=m.channel_name,
-            parent_channel_id=m.parent_channel_id,
-            private=m.private,
-            persona_lineage_id=m.persona_lineage_id,
+        rec.view = Entry._unchecked(
+            rec.key,
+            messages,
+            summary,
+            categories,
+            rec.turns,
+            rec.messages_at if messages else None,
+            rec.summary_at if summary is not None else None,
+            rec.categories_at if categories else None,
+            rec.meta,
         )
         rec.view_until = until
         return rec.view
@@ -329,24 +323,36 @@ class RecordBook:
         old = rec.messages
         rec.messages = messages  # first: a compaction below checks the record's new messages
         # The authors are recomputed from the messages rather than kept beside them: a set
-        # per record would cost more memory than the index it serves. One plain loop gathers
-        # them and the texts' length (this runs on every capture).
-        authors: set[str | None] = set()
-        chars = 0
-        for m in messages:
-            authors.add(m.author_id)
-            chars += len(m.content)
-        previous = {m.author_id for m in old}
-        if authors != previous:
-            for a in previous - authors:
-                if a is not None:
-                    self._unindex_author(a, kt)
-            for a in authors - previous:
-                if a is not None:
-                    self._index_author(a, kt)
-        size = _size(rec, chars)
+        # per record would cost more memory than the index it serves. C-speed passes (this
+        # runs on every capture): the authors, then the texts' length.
+        authors = set(map(_author, messages))
+        if not old:
+            self._index_authors(authors, kt)
+        elif old is not messages:
+            previous = set(map(_author, old))
+            if authors != previous:
+                for a in previous - authors:
+                    if a is not None:
+                        self._unindex_author(a, kt)
+                self._index_authors(authors - previous, kt)
+        size = _size(rec, sum(map(len, map(_content, messages))))
         self._bytes += size - rec.size
         rec.size = size
+
+    def _index_authors(self, authors: set[str | None], kt: KeyTuple) -> None:
+        """:meth:`_index_author` for each of ``authors`` (``None``: no author), with its
+        usual case inline: a short list that only grows."""
+        live_counts, index = self._author_live, self._by_author
+        for author in authors:
+            if author is None:
+                continue
+            live = live_counts.get(author, 0) + 1
+            keys = index.get(author)
+            if type(keys) is list and len(keys) < 2 * live + 8 and live <= _AUTHOR_LIST_MAX:
+                live_counts[author] = live
+                keys.append(kt)
+            else:
+                self._index_author(author, kt)
 
     def _index_author(self, author: str, kt: KeyTuple) -> None:
         live = self._author_live[author] = self._author_live.get(author, 0) + 1

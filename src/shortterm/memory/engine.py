@@ -74,6 +74,7 @@ class Engine:
         # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
         self.renders = RenderCache(0 if cache.shared else 16384)
         self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
+        self._last_snapshot: tuple[TurnArgs, int, rules.Snapshot] | None = None
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[KeyTuple] = set()
@@ -196,16 +197,25 @@ class Engine:
         known.put_users(await self.tiers.store.user_settings_since(since))
 
     def snapshot(self, args: TurnArgs) -> rules.Snapshot:
-        """The turn under the settings known now."""
+        """The turn under the settings known now. The last one is kept while no setting
+        changed: a turn's context and capture share it."""
         known = self.known_settings
+        last = self._last_snapshot
+        if last is not None and last[0] is args and last[1] == known.version:
+            return last[2]
         settings = known.server(args.server_id)
         privacy = rules.effective_privacy(args.privacy, known.stored_user(args.user_id))
-        return rules.Snapshot(args, settings, privacy, self.config)
+        snap = rules.Snapshot(args, settings, privacy, self.config)
+        self._last_snapshot = (args, known.version, snap)
+        return snap
 
     # -- reads ----------------------------------------------------------------------------
 
-    async def get(self, key: ScopeKey) -> Entry | None:
-        await self.journal.follow()
+    async def get(self, key: ScopeKey, *, followed: bool = False) -> Entry | None:
+        """What ``key`` remembers now (``followed``: the caller followed the journal already
+        during this call, as a context build does first)."""
+        if not followed:
+            await self.journal.follow()
         now = self.clock()
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)
@@ -332,7 +342,7 @@ class Engine:
                     return await self._capture_behind(
                         wb, keys, scopes, meta, increment, fence, now, cold
                     )
-        durable: dict[tuple[Any, ...], ScopeRow] | None
+        rows: list[ScopeRow] | None
         try:
             if fence.store_down:
                 raise StoreUnavailable(self.journal.error)
@@ -342,18 +352,21 @@ class Engine:
             self.health.ok()
             if wb is not None:
                 rows = wb.with_pending(rows)  # the hot counter keeps the buffered steps
-            durable = {r.key.astuple: r for r in rows}
         except StoreUnavailable as exc:
             # Capture serves from the hot tier during an outage; the counter step is lost
             # and counted, never reported as done.
             self.health.failed("capture", exc)
             self.health.count("degraded_captures")
-            durable = None
+            rows = None
         hot: list[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]]
-        if durable is None:
+        if rows is None:
             hot = [(key, messages, None) for key, messages in scopes]
+        elif len(rows) == len(scopes):
+            # No scope was fenced, and the rows come back in order (``Store.touch``).
+            hot = [(key, messages, row) for (key, messages), row in zip(scopes, rows, strict=True)]
         else:
             # A scope the durable tier's fence refused is not written here either.
+            durable = {r.key.astuple: r for r in rows}
             hot = [
                 (key, messages, row)
                 for key, messages in scopes

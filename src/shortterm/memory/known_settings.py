@@ -25,6 +25,8 @@ class KnownSettings:
         self._full_privacy: set[str] = set()
         # Bumped whenever the set changes: what was rendered under an older set is stale.
         self.full_privacy_version = 0
+        # Bumped on every change: a snapshot taken under an older version is stale.
+        self.version = 0
         self.checked_at = 0.0  # when the last look-back ran
 
     def server(self, server_id: str | None) -> ServerSettings:
@@ -52,11 +54,14 @@ class KnownSettings:
 
     def put_server(self, server_id: str, settings: ServerSettings) -> None:
         self._servers[server_id] = settings
+        self.version += 1
 
     def put_servers(self, changed: Mapping[str, ServerSettings]) -> None:
         self._servers.update(changed)
+        self.version += 1
 
     def put_users(self, changed: Mapping[str, UserSettings]) -> None:
+        self.version += 1
         for user_id, settings in changed.items():
             self._users[user_id] = settings
             full = self._full_privacy
@@ -69,6 +74,7 @@ class KnownSettings:
                 self.full_privacy_version += 1
 
     def drop_user(self, user_id: str) -> None:
+        self.version += 1
         self._users.pop(user_id, None)
         if user_id in self._full_privacy:
             self._full_privacy.discard(user_id)
@@ -78,6 +84,7 @@ class KnownSettings:
         self, servers: Mapping[str, ServerSettings], users: Mapping[str, UserSettings]
     ) -> None:
         """Take a complete reload: settings deleted elsewhere are gone here too."""
+        self.version += 1
         self._servers = dict(servers)
         self._users = {}
         self._full_privacy = set()

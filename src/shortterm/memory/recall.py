@@ -94,7 +94,7 @@ class _Reader:
 
     async def get(self, key: ScopeKey) -> Entry | None:
         try:
-            return await self.engine.get(key)
+            return await self.engine.get(key, followed=True)  # refresh_settings followed
         except StoreUnavailable as exc:
             self._failed(exc)
             return await self.engine.tiers.cache.get(key, self.engine.clock())
@@ -146,27 +146,25 @@ class _Recall:
             self._labels[server_id] = category_labels(owner)
         return self._labels[server_id]
 
-    def candidates(self, entries: list[Entry], *, server_scope: bool) -> list[Entry]:
-        """The entries other than this channel's that the turn may see."""
-        channel, lineage = self.args.channel_id, self.lineage
+    def visible(self, e: Entry) -> bool:
+        """Whether an entry of another channel is one the turn may see (``False`` for this
+        channel's). Asked lazily, newest first, until the block is full: most of an owner's
+        entries are never asked about."""
+        if e.key.channel_id == self.args.channel_id:
+            return False
+        lineage = self.lineage
+        if lineage is not None and e.persona_lineage_id != lineage:
+            return False
         # This server's entries need the private check only when something can be private.
-        check_all = not server_scope or bool(self.settings.private_channel_ids)
-        here, here_private = self.args.server_id, self.here_private
-        out = []
-        for e in entries:
-            if e.key.channel_id == channel:
-                continue
-            if lineage is not None and e.persona_lineage_id != lineage:
-                continue
-            if check_all or e.private:
-                server_id = rules.server_of(e)
-                # Each server's own list decides, so another server's private channels
-                # never leak.
-                owner = self.settings if server_id == here else self.known.server(server_id)
-                if rules.hidden_as_private(e, owner, here_server=here, here_private=here_private):
-                    continue
-            out.append(e)
-        return out
+        if e.private or e.key.kind == "user" or self.settings.private_channel_ids:
+            server_id = rules.server_of(e)
+            here = self.args.server_id
+            # Each server's own list decides, so another server's private channels never
+            # leak.
+            owner = self.settings if server_id == here else self.known.server(server_id)
+            if rules.hidden_as_private(e, owner, here_server=here, here_private=self.here_private):
+                return False
+        return True
 
     def plan(self, entry: Entry) -> Recollection | None:
         """What ``entry`` shows this turn, planned once per view of it and per the inputs
@@ -228,7 +226,8 @@ async def _gather(
     engine: Engine, args: TurnArgs, reader: _Reader
 ) -> tuple[_Recall, bool, list[Entry]]:
     """The rules for this turn under the settings known now, whether the user keeps personal
-    memory, and the other channels' entries the turn may see, newest first."""
+    memory, and the entries of the owners the turn reads, newest first (the ones it may see
+    are picked from them by ``_Recall.visible``)."""
     snap = engine.snapshot(args)
     known = engine.known_settings
     recall = _Recall(snap, known, engine.renders)
@@ -236,13 +235,13 @@ async def _gather(
     opted_in = personal and known.user(args.user_id).cross_server_opt_in
     candidates: list[Entry] = []
     if args.server_id is not None:
-        shared = await reader.owner("server", args.server_id)
-        candidates = recall.candidates(shared, server_scope=True)
+        candidates = await reader.owner("server", args.server_id)
     if rules.reads_personal(snap, opted_in):
         mine = rules.recalled_personal(snap, opted_in, await reader.owner("user", args.user_id))
-        candidates += recall.candidates(mine, server_scope=False)
-    candidates.sort(key=_newest, reverse=True)
-    return recall, personal, candidates
+        candidates = candidates + mine
+    # Sorting before filtering gives the same order (the sort is stable), and the filter
+    # (``_Recall.visible``) then runs only until the block is full.
+    return recall, personal, sorted(candidates, key=_newest, reverse=True)
 
 
 async def build_context(
@@ -271,9 +270,12 @@ async def build_context(
     settings = recall.settings
     recollections: list[Recollection] = []
     limit = engine.config.max_other_channels
+    visible = recall.visible
     for entry in candidates:
         if len(recollections) >= limit:
             break
+        if not visible(entry):
+            continue
         planned = recall.plan(entry)
         if planned is not None:  # nothing to show takes no slot
             recollections.append(planned)
@@ -310,7 +312,8 @@ async def build_context(
     )
     items: list[ContextItem] = []
     if other_text is not None:
-        items.append(ContextItem(text=other_text, kind="other_channels"))
+        # Never blank: the block's own header and footer frame it.
+        items.append(ContextItem._unchecked(other_text, "other_channels"))
     if same_text is not None:
         items.append(ContextItem(text=same_text, kind="same_channel"))
 
@@ -322,4 +325,5 @@ async def build_context(
         # Fresh memory matters to the next reply: pull it close to the end of the dialogue.
         fresh = engine.config.fresh_depth
         depth = fresh if depth < 0 else min(fresh, depth)
-    return Context(items, nudge, depth, settings.nudge_depth)
+    # Depths from checked settings and config, all within the context's bounds.
+    return Context._unchecked(tuple(items), nudge, depth, settings.nudge_depth)

@@ -61,7 +61,24 @@ class TurnArgs(_Fields):
         """Check every field; a field whose normal form differs from what was passed is
         replaced (rarely: the usual name and message are kept as they are)."""
         self: TurnArgs = _Fields.__new__(cls, **kwargs)
-        user_id, channel_id, server_id, persona_id, lineage, message, user_name, bot_name = self[:8]
+        # One unpacking: every field is read below, and a field access is a call each.
+        (
+            user_id,
+            channel_id,
+            server_id,
+            persona_id,
+            lineage,
+            message,
+            user_name,
+            bot_name,
+            server_name,
+            channel_name,
+            parent_channel_id,
+            provider,
+            has_tools,
+            privacy,
+            locale,
+        ) = self
         check_id("user_id", user_id)
         check_id("channel_id", channel_id)
         # Optional arguments are mostly left out: the None test is inline, so leaving one
@@ -72,8 +89,8 @@ class TurnArgs(_Fields):
             check_id("persona_id", persona_id)
         if lineage is not None:
             check_id("persona_lineage_id", lineage)
-        if self.parent_channel_id is not None:
-            check_id("parent_channel_id", self.parent_channel_id)
+        if parent_channel_id is not None:
+            check_id("parent_channel_id", parent_channel_id)
         changes: dict[str, Any] = {}  # mostly left empty
         if not isinstance(message, str):
             raise InvalidInput("user_message", message, "a string")
@@ -85,21 +102,19 @@ class TurnArgs(_Fields):
             _name(changes, "bot_name", bot_name)
         if user_name is not None:
             _name(changes, "user_name", user_name)
-        if self.server_name is not None:
-            _name(changes, "server_name", self.server_name)
-        if self.channel_name is not None:
-            _name(changes, "channel_name", self.channel_name)
-        provider = self.provider
+        if server_name is not None:
+            _name(changes, "server_name", server_name)
+        if channel_name is not None:
+            _name(changes, "channel_name", channel_name)
         if provider is not None:
             if not isinstance(provider, str):
                 raise InvalidInput("provider", provider, "a provider name or None")
             if provider != (lowered := provider.lower() or None):
                 changes["provider"] = lowered
-        if self.has_tools is not True and self.has_tools is not False:
-            raise InvalidInput("has_tools", self.has_tools, "True or False")
-        if type(self.privacy) is not Privacy:
-            raise InvalidInput("privacy", self.privacy, "a shortterm.Privacy value")
-        locale = self.locale
+        if has_tools is not True and has_tools is not False:
+            raise InvalidInput("has_tools", has_tools, "True or False")
+        if type(privacy) is not Privacy:
+            raise InvalidInput("privacy", privacy, "a shortterm.Privacy value")
         if locale is not None and (not isinstance(locale, str) or not locale.strip()):
             raise InvalidInput("locale", locale, "a locale tag such as 'en' or 'pt-BR', or None")
         return self._replace(**changes) if changes else self

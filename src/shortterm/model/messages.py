@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from .errors import InvalidInput
 from .keys import (
     Privacy,
     Role,
     ScopeKey,
-    _set,
     check_optional_id,
     check_optional_text,
     check_time,
+    slot_filler,
 )
 from .text import clean_text
+
+if TYPE_CHECKING:
+    from .rows import ScopeMeta
 
 _INF = float("inf")
 
@@ -66,15 +70,12 @@ class Message:
         privacy: Privacy = Privacy.NONE,
     ) -> Message:
         """A message from parts that were validated already (a reply, a stamped copy)."""
-        msg = object.__new__(cls)
-        _set(msg, "role", role)
-        _set(msg, "content", content)
-        _set(msg, "author_id", author_id)
-        _set(msg, "speaker", speaker)
-        _set(msg, "at", at)
-        _set(msg, "message_id", message_id)
-        _set(msg, "privacy", privacy)
-        return msg
+        return _fill_message(role, content, author_id, speaker, at, message_id, privacy)
+
+
+_fill_message = slot_filler(
+    Message, "role", "content", "author_id", "speaker", "at", "message_id", "privacy"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,44 @@ class Entry:
             newest = at
         object.__setattr__(self, "_newest", newest)
 
+    @classmethod
+    def _unchecked(
+        cls,
+        key: ScopeKey,
+        messages: tuple[Message, ...],
+        summary: str | None,
+        categories: Mapping[str, str],
+        turns_since_refresh: int,
+        messages_at: float | None,
+        summary_at: float | None,
+        categories_at: float | None,
+        meta: ScopeMeta,
+    ) -> Entry:
+        """A view of a hot tier's record, whose parts it holds checked already (the
+        in-process tier builds one each time a record changed)."""
+        newest = -_INF if messages_at is None else messages_at
+        if summary_at is not None and summary_at > newest:
+            newest = summary_at
+        if categories_at is not None and categories_at > newest:
+            newest = categories_at
+        return _fill_entry(
+            key,
+            messages,
+            summary,
+            categories,
+            turns_since_refresh,
+            messages_at,
+            summary_at,
+            categories_at,
+            meta.server_id,
+            meta.server_name,
+            meta.channel_name,
+            meta.parent_channel_id,
+            meta.private,
+            meta.persona_lineage_id,
+            newest,
+        )
+
     @property
     def updated_at(self) -> float | None:
         """The newest of the entry's own value timestamps."""
@@ -140,3 +179,6 @@ class Entry:
     @property
     def is_empty(self) -> bool:
         return not self.messages and self.summary is None and not self.categories
+
+
+_fill_entry = slot_filler(Entry, *(f.name for f in fields(Entry)))

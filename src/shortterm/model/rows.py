@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .keys import (
     ScopeKey,
+    slot_filler,
 )
 
 
@@ -37,6 +38,38 @@ class ScopeRow:
     refresh_epoch: int = 0
     revision: int = 1
     updated_at: float = 0.0
+
+    @classmethod
+    def _unchecked(
+        cls,
+        key: ScopeKey,
+        meta: ScopeMeta,
+        summary: str | None,
+        summary_at: float | None,
+        categories: Mapping[str, str],
+        categories_at: float | None,
+        turns_since_refresh: int,
+        refresh_epoch: int,
+        revision: int,
+        updated_at: float,
+    ) -> ScopeRow:
+        """A row from parts a store holds already (every field, in order): a capture's
+        touch builds one per scope."""
+        return _fill_row(
+            key,
+            meta,
+            summary,
+            summary_at,
+            categories,
+            categories_at,
+            turns_since_refresh,
+            refresh_epoch,
+            revision,
+            updated_at,
+        )
+
+
+_fill_row = slot_filler(ScopeRow, *(f.name for f in fields(ScopeRow)))
 
 
 @dataclass(frozen=True, slots=True)

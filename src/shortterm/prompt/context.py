@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..model.errors import InvalidInput
+from ..model.keys import slot_filler
 
 __all__ = ["ITEM_KINDS", "Context", "ContextItem", "ItemKind"]
 
@@ -38,6 +39,11 @@ class ContextItem:
             raise InvalidInput("text", self.text, "a non-blank string")
         if self.kind not in ITEM_KINDS:
             raise InvalidInput("kind", self.kind, "'other_channels', 'same_channel' or 'nudge'")
+
+    @classmethod
+    def _unchecked(cls, text: str, kind: ItemKind) -> ContextItem:
+        """A user-role item the read path rendered (non-blank text, a known kind)."""
+        return _fill_item("user", text, kind)
 
     def as_message(self) -> dict[str, str]:
         """The item as an OpenAI-style chat message."""
@@ -74,6 +80,17 @@ class Context:
             return
         self._check()
 
+    @classmethod
+    def _unchecked(
+        cls,
+        items: tuple[ContextItem, ...],
+        nudge: ContextItem | None,
+        memory_depth: int,
+        nudge_depth: int,
+    ) -> Context:
+        """The read path's context: items it built, depths from checked settings."""
+        return _fill_context(items, nudge, memory_depth, nudge_depth)
+
     def _check(self) -> None:
         if isinstance(self.items, str | bytes) or not isinstance(self.items, Sequence):
             raise InvalidInput("items", self.items, "a sequence of shortterm.ContextItem")
@@ -88,3 +105,7 @@ class Context:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= 1000:
                 raise InvalidInput(name, value, "an integer from -1 (anchored) to 1000")
+
+
+_fill_item = slot_filler(ContextItem, "role", "text", "kind")
+_fill_context = slot_filler(Context, "items", "nudge", "memory_depth", "nudge_depth")

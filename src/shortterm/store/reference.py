@@ -108,13 +108,13 @@ class ReferenceStore:
         if old is None:
             if meta is None:
                 meta = ScopeMeta(server_id=_server_of(key))
-            row = ScopeRow(key, meta, turns_since_refresh=inc, updated_at=now)
+            row = ScopeRow._unchecked(key, meta, None, None, {}, None, inc, 0, 1, now)
         else:
             if meta is None or meta is old.meta or meta == old.meta:
                 meta = old.meta
             else:
                 meta = _keep_known(old.meta, meta)
-            row = ScopeRow(
+            row = ScopeRow._unchecked(
                 key,
                 meta,
                 old.summary,

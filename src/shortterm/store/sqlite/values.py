@@ -23,8 +23,9 @@ def scope_row(
     r: Sequence[Any], key: ScopeKey | None = None, meta: ScopeMeta | None = None
 ) -> ScopeRow:
     """A row from its columns. Keys read back from our own table were validated when they
-    were written; positional construction because hydration builds a million of these."""
-    return ScopeRow(
+    were written; the unchecked constructor because hydration builds a million of these and
+    every capture and tool call written through builds one per scope."""
+    return ScopeRow._unchecked(
         key if key is not None else ScopeKey._unchecked(r[0], r[1], r[2], r[3]),
         meta if meta is not None else ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9]),
         r[10],
