@@ -24,6 +24,11 @@ class FakeModelProcess:
     log: Path
     stderr: list[str] = field(default_factory=list)
 
+    @property
+    def port(self) -> int:
+        """The loopback port it listens on."""
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
     def logged(self) -> list[dict[str, Any]]:
         """Every record of the request log, oldest first."""
         text = self.log.read_text("utf-8") if self.log.exists() else ""

@@ -335,8 +335,7 @@ async def test_the_background_task_never_holds_a_turn_up(
     await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
     await _said(mem, "first")
     with fake_model_process(tmp_path / "requests.jsonl") as model:
-        port = int(model.url.rsplit(":", 1)[1].split("/")[0])
-        proxy = await Proxy("127.0.0.1", port).start()
+        proxy = await Proxy("127.0.0.1", model.port).start()
         proxy.cut("blackhole")  # the model is silent for as long as the test wants
         schedule = distiller.DistillSchedule(
             base_url=f"http://127.0.0.1:{proxy.port}/v1", model="m", interval_s=0.05
@@ -410,8 +409,7 @@ async def test_a_refused_call_is_retried_and_a_silent_model_times_out(
     await mem.configure_server("s1", ServerSettings(refresh_cadence=1))
     await _said(mem, "the ferry leaves at 7")
     with fake_model_process(tmp_path / "requests.jsonl") as model:
-        port = int(model.url.rsplit(":", 1)[1].split("/")[0])
-        proxy = await Proxy("127.0.0.1", port).start()
+        proxy = await Proxy("127.0.0.1", model.port).start()
         url = f"http://127.0.0.1:{proxy.port}/v1"
         try:
             # Silent: a partition. The call times out, nothing is written.
