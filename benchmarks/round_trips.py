@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import sys
 import tempfile
 import uuid
@@ -56,6 +57,7 @@ class Relay:
 
     target: tuple[str, int]
     round_trips: int = 0
+    trace: list[bytes] | None = None  # each round trip's first bytes, when tracing
     _servers: list[asyncio.Server] = field(default_factory=list)
 
     async def start(self) -> int:
@@ -73,6 +75,8 @@ class Relay:
                 state["listen"] = state["listen"] or _LISTEN in data
                 if state["answered"] and not state["listen"]:
                     self.round_trips += 1
+                    if self.trace is not None:
+                        self.trace.append(data[:160])
                 state["answered"] = False
                 up_writer.write(data)
                 await up_writer.drain()
@@ -110,7 +114,16 @@ def target(url: str) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or 0
 
 
-async def count(url: str, pg: Relay, redis: Relay, turns: int) -> dict[str, list[int]]:
+def _shown(burst: bytes) -> str:
+    """A traced burst, readable: RESP framing and binary bytes dropped."""
+    text = burst.decode("latin-1")
+    text = re.sub(r"\r\n[*$]\d+", " ", text)
+    return re.sub(r"[^ -~]", ".", text)[:120]
+
+
+async def count(
+    url: str, pg: Relay, redis: Relay, turns: int, trace: int = 0
+) -> dict[str, list[int]]:
     """Per route, the PostgreSQL and the Redis round trips of each counted request."""
     conn = await Connection.open(*host_port(url))
     seen: dict[str, list[int]] = {f"{route} {db}": [] for route in ROUTES for db in ("pg", "redis")}
@@ -123,6 +136,13 @@ async def count(url: str, pg: Relay, redis: Relay, turns: int) -> dict[str, list
         if counted:
             seen[f"{route} pg"].append(pg.round_trips - pg0)
             seen[f"{route} redis"].append(redis.round_trips - r0)
+            if len(seen[f"{route} pg"]) <= trace:
+                print(f"-- {route}")
+                for relay, name in ((pg, "pg"), (redis, "redis")):
+                    for burst in relay.trace or []:
+                        print(f"   {name}: {_shown(burst)}")
+        for relay in (pg, redis):
+            relay.trace = [] if trace else None
         return answer
 
     rng = random.Random(42)
@@ -156,7 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[int]]:
         stack.callback(cleanup, args.postgres, f"bench_{tag}", args.redis, f"bench-{tag}:")
         proc, url = await asyncio.to_thread(start_server, store, cache)
         try:
-            return await count(url, pg, redis, args.turns)
+            return await count(url, pg, redis, args.turns, args.trace)
         finally:
             await asyncio.to_thread(stop, proc)  # its connections end before the relays do
             await asyncio.sleep(0.2)
@@ -181,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", required=True, help="PostgreSQL URL")
     parser.add_argument("--redis", required=True, help="Redis URL")
     parser.add_argument("--turns", type=int, default=200, help="counted turns")
+    parser.add_argument(
+        "--trace", type=int, default=0, help="print the round trips of the first N per route"
+    )
     parser.add_argument("--write", default=None, help="markdown file to update")
     args = parser.parse_args(argv)
     seen = asyncio.run(run(args))

@@ -55,7 +55,6 @@ from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, cast
 
-from redis.commands.core import AsyncScript
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
@@ -70,7 +69,7 @@ from .redis_codec import (
     view,
 )
 from .redis_layout import DEFAULT_GROUPS, Layout
-from .redis_scripts import DELETE, Groups, Script
+from .redis_scripts import DELETE, Groups, Ride, Script
 from .redis_writes import Scope, Writes
 
 __all__ = ["RedisCache", "failure_bound_s"]
@@ -119,6 +118,7 @@ class RedisCache:
         # found it gone or above its position.
         self._floor_lost = True
         self._token = uuid.uuid4().hex
+        self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
         self._settings_seen = 0  # the newest settings change an owner read returned
         self._counts = dict.fromkeys(
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
@@ -155,13 +155,23 @@ class RedisCache:
     def operation(self) -> AbstractContextManager[None]:
         return self._calls.operation()
 
+    def _script(self, source: str) -> Script:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = Script(source)
+        return script
+
     async def run_script(
-        self, what: str, script: str | AsyncScript, keys: Sequence[str], args: Sequence[str]
+        self, what: str, source: str, keys: Sequence[str], args: Sequence[str]
     ) -> Any:
         """Run a Lua script of ours (the sidecar's turn registry) with this tier's bound and
         error mapping. Its keys must share one hash tag (see :attr:`turn_prefix`)."""
-        source = script if isinstance(script, str) else cast(str, script.script)
-        return await self._g.run(what, Script(source), keys, args)
+        return await self._g.run(what, self._script(source), keys, args)
+
+    def ride(self, what: str, source: str, keys: Sequence[str], args: Sequence[str]) -> Ride:
+        """Like :meth:`run_script`, but sent with this task's next pipeline on the tier (a
+        read the same request makes anyway), or alone by ``await ride.result()``."""
+        return self._g.ride(what, self._script(source), keys, args)
 
     def _list(self, pipe: Any, key: ScopeKey, now: float) -> None:
         """Add the key to its owner's directory (in the owner's slot)."""

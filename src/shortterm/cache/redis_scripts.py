@@ -4,12 +4,18 @@ A script goes by its SHA (``EVALSHA``, no ``SCRIPT EXISTS`` first, also inside p
 by its source after a server answered ``NOSCRIPT`` (it restarted or was flushed: ``EVAL``
 caches it again). Each starts with a ``#!lua`` shebang, so Redis (7 or later) checks every key
 it touches against the slot of the keys it declares.
+
+A call that depends on nothing another reads (a sidecar turn's registration, its end, the
+settle of its upgrade guard) can *ride* with the next pipeline the same task sends
+(:meth:`Groups.ride`), so it costs no round trip of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from importlib import resources
 from typing import Any, cast
 
@@ -18,7 +24,7 @@ from redis.exceptions import NoScriptError
 from .redis_client import BY_SOURCE, Calls, Client
 from .redis_layout import Layout
 
-__all__ = ["Groups", "Script"]
+__all__ = ["Groups", "Ride", "Script"]
 
 
 def _failed(reply: object) -> bool:
@@ -55,6 +61,57 @@ class _Recorder:
 
 
 _NOT_YET = object()
+
+_Command = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+class _Rider:
+    """One script call waiting for a pipeline of its task to carry it."""
+
+    __slots__ = ("command", "future", "queue", "what")
+
+    def __init__(self, what: str, command: _Command, queue: list[_Rider]) -> None:
+        self.what = what
+        self.command = command
+        self.queue = queue  # the task's waiting riders (this one is in it until taken)
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+# Per task (and the tasks it starts) and per tier: the riders no pipeline took yet.
+_RIDERS: ContextVar[dict[int, list[_Rider]] | None] = ContextVar(
+    "shortterm_redis_riders", default=None
+)
+
+
+class Ride:
+    """A script call riding with its task's next pipeline on the tier."""
+
+    __slots__ = ("_groups", "_rider")
+
+    def __init__(self, groups: Groups, rider: _Rider) -> None:
+        self._groups = groups
+        self._rider = rider
+
+    async def result(self) -> Any:
+        """The call's reply; sent now (with the task's other waiting riders) if no pipeline
+        took it yet."""
+        rider = self._rider
+        if rider in rider.queue:
+            await self._groups.batch(rider.what, _nothing, riders=rider.queue)
+        return await rider.future
+
+    def drop(self) -> None:
+        """Give up on the reply: unsent, the call is not sent; sent, its outcome is ignored."""
+        rider = self._rider
+        if rider in rider.queue:
+            rider.queue.remove(rider)
+            rider.future.cancel()
+        elif rider.future.done() and not rider.future.cancelled():
+            rider.future.exception()  # retrieved: no "never retrieved" warning
+
+
+def _nothing(pipe: Any) -> None:
+    return None
 
 
 # Every one but RECORD_FORGET and FLOOR starts with the shared helpers of prelude.lua;
@@ -99,13 +156,50 @@ class Groups:
     async def run(self, what: str, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         return await self.calls.call(what, lambda: self.eval(self.client, script, keys, args))
 
-    async def batch(self, what: str, build: Callable[[Any], object]) -> list[Any]:
-        """One pipeline (one round trip per node). An attempt that failed in part (a node
-        without the script, a slot moving) sends again only the commands that failed, so a
-        command is never applied twice and every reply is its first application's."""
+    def ride(self, what: str, script: Script, keys: Sequence[str], args: Sequence[str]) -> Ride:
+        """Queue one script call for this task's next :meth:`batch` on the tier."""
+        waiting = _RIDERS.get()
+        if waiting is None:
+            waiting = {}
+            _RIDERS.set(waiting)
+        queue = waiting.setdefault(id(self), [])
+        command: _Command = ("evalsha", (script.sha, len(keys), *keys, *args), {})
+        rider = _Rider(what, command, queue)
+        queue.append(rider)
+        return Ride(self, rider)
+
+    async def batch(
+        self, what: str, build: Callable[[Any], object], *, riders: list[_Rider] | None = None
+    ) -> list[Any]:
+        """One pipeline (one round trip per node), carrying the task's waiting riders (or
+        those of ``riders``). An attempt that failed in part (a node without the script, a
+        slot moving) sends again only the commands that failed, so a command is never
+        applied twice and every reply is its first application's."""
         recorder = _Recorder()
         build(recorder)
-        commands = recorder.commands
+        own = len(recorder.commands)
+        if riders is None:
+            waiting = _RIDERS.get()
+            riders = None if waiting is None else waiting.get(id(self))
+        taken = list(riders or ())
+        if riders:
+            riders.clear()
+        if not taken:
+            return await self._send(what, recorder.commands)
+        try:
+            replies = await self._send(what, recorder.commands + [r.command for r in taken])
+        except BaseException as exc:
+            for rider in taken:
+                if isinstance(exc, asyncio.CancelledError):
+                    rider.future.cancel()
+                else:
+                    rider.future.set_exception(exc)
+            raise
+        for rider, reply in zip(taken, replies[own:], strict=True):
+            rider.future.set_result(reply)
+        return replies[:own]
+
+    async def _send(self, what: str, commands: list[_Command]) -> list[Any]:
         replies: list[Any] = [_NOT_YET] * len(commands)
         by_source: set[int] = set()
 

@@ -410,10 +410,12 @@ class Engine:
         *,
         reset_counter: ScopeKey | None,
         fence: WriteFence,
+        committed: Callable[[list[ScopeRow]], None] | None = None,
     ) -> list[ScopeRow]:
         """The one distilled write (tool call, admin edit): all scopes in one fenced durable
         transaction, journaled for other processes, then mirrored in the hot tier. Returns
-        the rows written (fewer than ``scopes`` when a forget overtook the write).
+        the rows written (fewer than ``scopes`` when a forget overtook the write);
+        ``committed`` learns them between the commit and the mirror.
 
         A failure that leaves the outcome unknown (the connection dropped mid-commit) raises
         ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
@@ -449,6 +451,8 @@ class Engine:
             raise
         if len(rows) < len(scopes):
             self.health.count("fenced_writes")
+        if committed is not None:
+            committed(rows)
         cache = self.tiers.cache
         try:
             await cache.apply_rows(rows, now, fence)

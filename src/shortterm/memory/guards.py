@@ -7,6 +7,7 @@ serve the turn, the :class:`SharedGuard` they share.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from ..intent import has_long_term_intent
@@ -26,8 +27,10 @@ class SharedGuard(Protocol):
         """``None`` when this call may write now; otherwise the refusal for the model."""
         ...
 
-    async def settle(self, upgraded: bool) -> None:
-        """Release the claim: the upgrade landed (or may have), or it did not."""
+    def settle(self, upgraded: bool) -> Awaitable[object]:
+        """Release the claim: the upgrade landed (or may have), or it did not. Called as soon
+        as that is known, so the release can travel with the hot tier's next round trip; the
+        result is awaited before the call returns."""
         ...
 
 
@@ -42,6 +45,7 @@ class TurnGuard:
         self.upgraded = upgraded  # one successful upgrade per turn
         self._in_flight = False  # an upgrade of this turn is being written
         self._shared = shared
+        self._settling: Awaitable[object] | None = None  # the shared release, once under way
         self._intent: bool | None = None
 
     @property
@@ -74,8 +78,16 @@ class TurnGuard:
         self._in_flight = True
         return None
 
+    def committed(self, upgraded: bool) -> None:
+        """The write committed (``upgraded``: every scope of it): the shared claim's release
+        can start now, before the hot tier is updated, and go with that update."""
+        self.upgraded = self.upgraded or upgraded
+        if self._shared is not None and self._settling is None:
+            self._settling = self._shared.settle(self.upgraded)
+
     async def release(self) -> None:
         """After the write: the claim is given back, with whether the turn is now upgraded."""
         self._in_flight = False
         if self._shared is not None:
-            await self._shared.settle(self.upgraded)
+            settling, self._settling = self._settling, None
+            await (settling if settling is not None else self._shared.settle(self.upgraded))

@@ -85,7 +85,11 @@ async def call_tool(
         return _refused(engine, taken)
     try:
         rows = await engine.write_distilled(
-            [(key, meta) for key in scopes], change, reset_counter=live, fence=fence
+            [(key, meta) for key in scopes],
+            change,
+            reset_counter=live,
+            fence=fence,
+            committed=lambda written: guard.committed(len(written) == len(scopes)),
         )
     except StoreUnavailable as exc:
         health.failed("tool call", exc)

@@ -98,11 +98,18 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         With `messages`, also that prompt with the memory spliced in.
         """
         turn = memory.turn(**body.turn_kwargs())
-        ctx = await turn.context(max_tokens=body.max_tokens)
-        spliced = None if body.messages is None else _splice(body.messages, ctx, body)
-        tools = turn.tools(body.tools_shape)
-        due = await turn.maintenance_due()
-        turn_id = await turns.add(turn)
+        adding = turns.add(turn)  # a shared registry sends it with the context's first read
+        try:
+            ctx = await turn.context(max_tokens=body.max_tokens)
+            spliced = None if body.messages is None else _splice(body.messages, ctx, body)
+            tools = turn.tools(body.tools_shape)
+        except BaseException:
+            adding.drop()
+            raise
+        turn_id = await adding.result()
+        # The context asks for an update exactly when the maintenance is due (the tool is
+        # offered and the counter reached the cadence): its nudge says so, with no new read.
+        due = ctx.nudge is not None
         extra = {} if spliced is None else {"messages": spliced}
         out = TurnOut(
             turn_id=turn_id,
@@ -129,7 +136,8 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         A refusal is not an HTTP error: `ok` is false and `message` says why, for the model.
         One update succeeds per turn, however many requests ask.
         """
-        result = await (await turns.get(turn_id)).call_tool(body.name, body.arguments)
+        async with turns.tool_call(turn_id) as turn:
+            result = await turn.call_tool(body.name, body.arguments)
         return ToolResultOut(ok=result.ok, message=result.message)
 
     @turn_route(
@@ -147,12 +155,17 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         """
         history, replies = body.library_args()
         turn = await turns.begin_capture(turn_id)
-        captured = False
+        ending = turns.end_with_capture(turn_id)  # sent with the capture's own pipeline
         try:
             await turn.capture(history=history, replies=replies, stopped=body.stopped)
-            captured = True
-        finally:
-            await turns.end_capture(turn_id, captured=captured)
+        except BaseException:
+            # The claim is given back so the capture can be retried (unless the end already
+            # went out with a pipeline whose capture then failed: the next turn's capture
+            # carries the same dialogue).
+            ending.drop()
+            await turns.end_capture(turn_id, captured=False)
+            raise
+        await ending.result()
         return Response(status_code=204)
 
     # -- entries and settings ----------------------------------------------------------------

@@ -16,6 +16,11 @@ Two registries keep that contract:
   so of parallel tool calls through any replicas exactly one writes; a capture deletes the
   hash, which ends the turn everywhere at once.
 
+  Each route costs the fewest round trips: a turn's registration rides with the pipeline of
+  the start's owner read, a tool call's turn read takes the guard too and the guard's settle
+  rides with the mirror of the written rows, and a capture's turn end rides with the capture
+  (see ``Groups.ride`` in the Redis tier).
+
 The shared registry, rather than a signed self-describing token, because it needs no secret
 to distribute to every replica, a capture revokes the turn immediately (a token would stay
 valid until it expires), and the guard needs shared state anyway.
@@ -26,7 +31,8 @@ from __future__ import annotations
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
     from ..cache.redis import RedisCache
     from ..memory.facade import Memory
 
-__all__ = ["RedisTurnRegistry", "TurnNotFound", "TurnRegistry", "Turns"]
+__all__ = ["Pending", "RedisTurnRegistry", "TurnNotFound", "TurnRegistry", "Turns"]
 
 ID_BYTES = 24  # 192 bits: 32 URL-safe characters
 
@@ -57,6 +63,41 @@ class TurnNotFound(NotFound):
         )
 
 
+class Pending(Protocol):
+    """A registry step under way: its result, or given up."""
+
+    async def result(self) -> Any: ...
+
+    def drop(self) -> None: ...
+
+
+class _Done:
+    """A step that needed no round trip."""
+
+    def __init__(self, value: Any = None) -> None:
+        self._value = value
+
+    async def result(self) -> Any:
+        return self._value
+
+    def drop(self) -> None:
+        return None
+
+
+class _Ended:
+    """An in-process turn's end: its slot goes when the capture returned."""
+
+    def __init__(self, slots: OrderedDict[str, _Slot], turn_id: str) -> None:
+        self._slots = slots
+        self._turn_id = turn_id
+
+    async def result(self) -> None:
+        self._slots.pop(self._turn_id, None)
+
+    def drop(self) -> None:
+        return None
+
+
 class Turns(Protocol):
     """What the routes need of a registry."""
 
@@ -66,15 +107,25 @@ class Turns(Protocol):
 
     def __len__(self) -> int: ...
 
-    async def add(self, turn: Turn) -> str: ...
+    def add(self, turn: Turn) -> Pending:
+        """Register the turn; the pending result is its id (a shared registry sends the
+        registration with the next pipeline of this request: start it before the reads)."""
+        ...
 
-    async def get(self, turn_id: str) -> Turn:
-        """The live turn (its expiry pushed forward), or :class:`TurnNotFound`."""
+    def tool_call(self, turn_id: str) -> AbstractAsyncContextManager[Turn]:
+        """The live turn (its expiry pushed forward) for one tool call, or
+        :class:`TurnNotFound`; a shared registry takes the upgrade guard with the read and
+        gives it back on exit if the call never used it."""
         ...
 
     async def begin_capture(self, turn_id: str) -> Turn:
         """The live turn, claimed for its capture; :class:`TurnNotFound` when a capture of it
         is already under way."""
+        ...
+
+    def end_with_capture(self, turn_id: str) -> Pending:
+        """End the turn with its capture (a shared registry sends the end with the capture's
+        pipeline); :meth:`Pending.drop` it when the capture failed."""
         ...
 
     async def end_capture(self, turn_id: str, *, captured: bool) -> None:
@@ -121,7 +172,7 @@ class TurnRegistry:
             slots.popitem(last=False)
             self.expired += 1
 
-    async def add(self, turn: Turn) -> str:
+    def add(self, turn: Turn) -> Pending:
         now = self._clock()
         self._purge(now)
         while len(self._slots) >= self.max_turns:
@@ -129,7 +180,7 @@ class TurnRegistry:
             self.evicted += 1
         turn_id = secrets.token_urlsafe(ID_BYTES)
         self._slots[turn_id] = _Slot(turn, now + self.ttl_s)
-        return turn_id
+        return _Done(turn_id)
 
     def _slot(self, turn_id: str) -> _Slot:
         now = self._clock()
@@ -141,8 +192,9 @@ class TurnRegistry:
         self._slots.move_to_end(turn_id)
         return slot
 
-    async def get(self, turn_id: str) -> Turn:
-        return self._slot(turn_id).turn
+    @asynccontextmanager
+    async def tool_call(self, turn_id: str) -> AsyncIterator[Turn]:
+        yield self._slot(turn_id).turn
 
     async def begin_capture(self, turn_id: str) -> Turn:
         slot = self._slot(turn_id)
@@ -150,6 +202,9 @@ class TurnRegistry:
             raise TurnNotFound(turn_id)
         slot.capturing = True
         return slot.turn
+
+    def end_with_capture(self, turn_id: str) -> Pending:
+        return _Ended(self._slots, turn_id)
 
     async def end_capture(self, turn_id: str, *, captured: bool) -> None:
         if captured:
@@ -171,7 +226,6 @@ def _lua(name: str) -> str:
 # ARGV and what it answers.
 _ADD = _lua("turn_add")
 _GET = _lua("turn_get")
-_CLAIM = _lua("turn_claim")  # the one-upgrade guard
 _SETTLE = _lua("turn_settle")
 _END = _lua("turn_end")
 
@@ -182,24 +236,26 @@ def _turn_args(turn: Turn) -> str:
 
 
 class _SharedGuard:
-    """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.memory.guards``)."""
+    """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.memory.guards``),
+    as the tool call's turn read took it: ``state`` is ``claimed`` (ours to use), ``busy``
+    or ``done``."""
 
-    def __init__(self, registry: RedisTurnRegistry, turn_id: str) -> None:
+    def __init__(self, registry: RedisTurnRegistry, turn_id: str, state: str) -> None:
         self._registry = registry
         self._turn_id = turn_id
+        self._state = state
+        self.used = False
 
     async def claim(self) -> str | None:
-        r = self._registry
-        state = await r._run("turn guard", r._claim, [r._key(self._turn_id)], [])
-        if state == "ok":
+        self.used = True
+        if self._state == "claimed":
             return None
-        if state == "gone":
-            raise TurnNotFound(self._turn_id)
-        return texts.ALREADY if state == "done" else texts.IN_FLIGHT
+        return texts.ALREADY if self._state == "done" else texts.IN_FLIGHT
 
-    async def settle(self, upgraded: bool) -> None:
+    def settle(self, upgraded: bool) -> Awaitable[object]:
         r = self._registry
-        await r._run("turn guard", r._settle, [r._key(self._turn_id)], ["1" if upgraded else "0"])
+        keys, args = [r._key(self._turn_id)], ["1" if upgraded else "0"]
+        return r._cache.ride("turn guard", _SETTLE, keys, args).result()
 
 
 class RedisTurnRegistry:
@@ -213,12 +269,6 @@ class RedisTurnRegistry:
         self._hash_prefix = f"{cache.turn_prefix}turn:"
         self._index = f"{cache.turn_prefix}turns"
         self._ttl_ms = str(max(1, int(ttl_s * 1000)))
-        client = cache.client
-        self._add = client.register_script(_ADD)
-        self._get = client.register_script(_GET)
-        self._claim = client.register_script(_CLAIM)
-        self._settle = client.register_script(_SETTLE)
-        self._end = client.register_script(_END)
         self._live = 0  # as of this replica's last turn start
         self.evicted = 0
         self.expired = 0
@@ -229,11 +279,11 @@ class RedisTurnRegistry:
     def _key(self, turn_id: str) -> str:
         return self._hash_prefix + turn_id
 
-    async def _run(self, what: str, script: Any, keys: list[str], args: list[str]) -> Any:
-        result: Any = await self._cache.run_script(what, script, keys, args)
+    async def _run(self, what: str, source: str, keys: list[str], args: list[str]) -> Any:
+        result: Any = await self._cache.run_script(what, source, keys, args)
         return result
 
-    async def add(self, turn: Turn) -> str:
+    def add(self, turn: Turn) -> Pending:
         turn_id = secrets.token_urlsafe(ID_BYTES)
         now = self._memory.clock()
         args = [
@@ -245,38 +295,64 @@ class RedisTurnRegistry:
             self._ttl_ms,
             self._hash_prefix,
         ]
-        expired, evicted, live = await self._run(
-            "turn start", self._add, [self._key(turn_id), self._index], args
-        )
-        self.expired += int(expired)
-        self.evicted += int(evicted)
-        self._live = int(live)
-        return turn_id
+        ride = self._cache.ride("turn start", _ADD, [self._key(turn_id), self._index], args)
+        return _Added(self, ride, turn_id)
 
-    async def _load(self, turn_id: str, *, claim: bool) -> Turn:
+    async def _load(self, turn_id: str, *, claim: str) -> tuple[TurnArgs, str]:
         if not turn_id.isascii():
             raise TurnNotFound(turn_id)  # never issued: ids are URL-safe ASCII
         now = self._memory.clock()
-        args = [turn_id, repr(now), repr(now + self.ttl_s), self._ttl_ms, "1" if claim else "0"]
-        found = await self._run("turn read", self._get, [self._key(turn_id), self._index], args)
+        args = [turn_id, repr(now), repr(now + self.ttl_s), self._ttl_ms, claim]
+        found = await self._run("turn read", _GET, [self._key(turn_id), self._index], args)
         if not found or found == "capturing":
             raise TurnNotFound(turn_id)
         raw, upgrade = found
         try:
-            turn_args = TurnArgs.from_json(json.loads(raw))
+            return TurnArgs.from_json(json.loads(raw)), upgrade
         except (ValueError, KeyError, TypeError) as exc:
             # Only this registry writes these hashes; anything else is not a turn of ours.
             raise StoreUnavailable(f"turn {turn_id!r} in Redis is unreadable: {exc}") from exc
-        return self._memory.turn_from(
-            turn_args, upgraded=upgrade == "done", shared=_SharedGuard(self, turn_id)
-        )
 
-    async def get(self, turn_id: str) -> Turn:
-        return await self._load(turn_id, claim=False)
+    @asynccontextmanager
+    async def tool_call(self, turn_id: str) -> AsyncIterator[Turn]:
+        turn_args, state = await self._load(turn_id, claim="g")
+        guard = _SharedGuard(self, turn_id, state)
+        turn = self._memory.turn_from(turn_args, upgraded=state == "done", shared=guard)
+        try:
+            yield turn
+        finally:
+            if state == "claimed" and not guard.used:
+                await guard.settle(False)  # refused before it wrote: the guard is free again
 
     async def begin_capture(self, turn_id: str) -> Turn:
-        return await self._load(turn_id, claim=True)
+        turn_args, state = await self._load(turn_id, claim="1")
+        guard = _SharedGuard(self, turn_id, "done" if state == "done" else "busy")
+        return self._memory.turn_from(turn_args, upgraded=state == "done", shared=guard)
+
+    def end_with_capture(self, turn_id: str) -> Pending:
+        keys = [self._key(turn_id), self._index]
+        return self._cache.ride("turn end", _END, keys, [turn_id, "1"])
 
     async def end_capture(self, turn_id: str, *, captured: bool) -> None:
         keys = [self._key(turn_id), self._index]
-        await self._run("turn end", self._end, keys, [turn_id, "1" if captured else "0"])
+        await self._run("turn end", _END, keys, [turn_id, "1" if captured else "0"])
+
+
+class _Added:
+    """A turn's registration riding with the start's first pipeline."""
+
+    def __init__(self, registry: RedisTurnRegistry, ride: Pending, turn_id: str) -> None:
+        self._registry = registry
+        self._ride = ride
+        self._turn_id = turn_id
+
+    async def result(self) -> str:
+        expired, evicted, live = await self._ride.result()
+        registry = self._registry
+        registry.expired += int(expired)
+        registry.evicted += int(evicted)
+        registry._live = int(live)
+        return self._turn_id
+
+    def drop(self) -> None:
+        self._ride.drop()
