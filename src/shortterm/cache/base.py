@@ -36,6 +36,9 @@ class HotTier(Protocol):
     async def counter(self, key: ScopeKey, now: float) -> int | None:
         """The cached cadence counter of ``key``; ``None`` when the key is not cached."""
 
+    async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
+        """:meth:`get` and :meth:`counter` in one read."""
+
     async def capture(
         self,
         key: ScopeKey,

@@ -88,6 +88,9 @@ class InProcessCache(RecordBook):
         rec = self._entries.get(key.astuple)
         return None if rec is None or now >= rec.expires_at else rec.turns
 
+    async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
+        return await self.get(key, now), await self.counter(key, now)
+
     async def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
         """Every key held, in batches (see ``ScopeLister``): a snapshot of the keys, so a
         change meanwhile never breaks the walk."""

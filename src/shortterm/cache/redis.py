@@ -79,6 +79,8 @@ log = logging.getLogger("shortterm")
 # An owner directory lists a key before its record may exist (both are written in one
 # pipeline, to different slots): a listed key without a record is pruned only once older.
 _PRUNE_GRACE_S = 60.0
+_FIELDS = ("meta", "d", "m")  # what an owner read takes of a record
+_LISTINGS_KEPT = 4096  # owners whose last directory listing this process keeps
 
 
 class RedisCache:
@@ -119,6 +121,7 @@ class RedisCache:
         self._floor_lost = True
         self._token = uuid.uuid4().hex
         self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
+        self._listed: dict[tuple[str, str], tuple[str, ...]] = {}  # see _remember_listing
         self._settings_seen = 0  # the newest settings change an owner read returned
         self._counts = dict.fromkeys(
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
@@ -174,10 +177,16 @@ class RedisCache:
         return self._g.ride(what, self._script(source), keys, args)
 
     def _list(self, pipe: Any, key: ScopeKey, now: float) -> None:
-        """Add the key to its owner's directory (in the owner's slot)."""
+        """Add the key to its owner's directory (in the owner's slot), and to the listing
+        this process keeps of it: the owner's next read fetches the record at once."""
         directory = self.layout.directory(key.kind, key.owner_id)
-        pipe.zadd(directory, {member(key): now})
+        name = member(key)
+        pipe.zadd(directory, {name: now})
         pipe.pexpire(directory, self._directory_ms)
+        owner = (key.kind, key.owner_id)
+        known = self._listed.get(owner)
+        if known is not None and name not in known:
+            self._listed[owner] = (*known, name)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -199,48 +208,72 @@ class RedisCache:
     async def counter(self, key: ScopeKey, now: float) -> int | None:
         record = self.layout.record(key, member(key))
         d_raw, exp = await self._calls.call("read", lambda: self.client.hmget(record, ["d", "exp"]))
-        if exp is None or now >= float(exp):
-            return None
-        return int(json.loads(d_raw)[4]) if d_raw else 0
+        return _counter(d_raw, exp, now)
+
+    async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
+        record = self.layout.record(key, member(key))
+        meta_raw, d_raw, m_raw, exp = await self._calls.call(
+            "read", lambda: self.client.hmget(record, ["meta", "d", "m", "exp"])
+        )
+        entry = None
+        if meta_raw is not None:
+            entry = view(key, (meta_raw, d_raw, m_raw), now, self._ttls)
+        self._counts["hits" if entry is not None else "misses"] += 1
+        return entry, _counter(d_raw, exp, now)
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
-        """The owner's directory (and marker, and the settings change) in one round trip,
-        then every record it lists where it lives, in a second."""
+        """The owner's directory (and marker, and the settings change) with the records it
+        listed last time, in one round trip; the records of keys it lists anew, in a second.
+        Only what the directory lists now is returned: a record it no longer lists is not."""
         directory = self.layout.directory(kind, owner_id)
+        owner = (kind, owner_id)
+        known = self._listed.pop(owner, ())
+        record = self.layout.record
 
         def head(pipe: Any) -> None:
             pipe.zrange(directory, 0, -1, withscores=True)
             pipe.exists(self.layout.marker(kind, owner_id))
             pipe.get(self.layout.base(0) + "sv")
+            for name in known:
+                pipe.hmget(record(key_of(name), name), _FIELDS)
 
-        listed, marked, seen_raw = await self._g.batch("owner read", head)
-        seen = int(seen_raw or 0)
-        self._settings_seen = max(self._settings_seen, seen)
-        keys = [(name, key_of(name), score) for name, score in listed]
-        records = await self._g.batch(
-            "owner read",
-            lambda pipe: [
-                pipe.hmget(self.layout.record(key, name), ["meta", "d", "m"])
-                for name, key, _ in keys
-            ],
-        )
+        listed, marked, seen_raw, *early = await self._g.batch("owner read", head)
+        self._settings_seen = max(self._settings_seen, int(seen_raw or 0))
+        fields_of = dict(zip(known, early, strict=True))
+        new = [name for name, _ in listed if name not in fields_of]
+        if new:
+            late = await self._g.batch(
+                "owner read",
+                lambda pipe: [pipe.hmget(record(key_of(name), name), _FIELDS) for name in new],
+            )
+            fields_of.update(zip(new, late, strict=True))
         out: list[Entry] = []
         gone: list[str] = []
-        for (name, key, score), fields in zip(keys, records, strict=True):
+        for name, score in listed:
+            fields = fields_of[name]
             if fields[0] is None:
                 if float(score) < now - _PRUNE_GRACE_S:
                     gone.append(name)  # its record expired or was evicted
                 continue
-            meta_raw, d_raw, m_raw = fields
-            entry = view(key, (meta_raw, d_raw, m_raw), now, self._ttls)
+            entry = view(key_of(name), fields, now, self._ttls)
             if entry is not None:
                 out.append(entry)
         if gone:
             await self._calls.call("owner read", lambda: self.client.zrem(directory, *gone))
+        self._remember_listing(owner, [name for name, _ in listed if name not in gone])
         self._counts["hits"] += len(out)
         return out, bool(marked)
+
+    def _remember_listing(self, owner: tuple[str, str], names: list[str]) -> None:
+        """Keep what the directory listed, so the next read of the owner fetches those
+        records with the directory itself (bounded: the least recently read owner goes)."""
+        if not names:
+            return
+        self._listed[owner] = tuple(names)
+        if len(self._listed) > _LISTINGS_KEPT:
+            del self._listed[next(iter(self._listed))]
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         marker = self.layout.marker(kind, owner_id)
@@ -464,6 +497,13 @@ class RedisCache:
         self._calls.closed = True
         if self._owns_client:
             await self.client.aclose()
+
+
+def _counter(d_raw: str | None, exp: str | None, now: float) -> int | None:
+    """The cadence counter a record holds; ``None`` when there is no live record."""
+    if exp is None or now >= float(exp):
+        return None
+    return int(json.loads(d_raw)[4]) if d_raw else 0
 
 
 def _glob_escape(text: str) -> str:

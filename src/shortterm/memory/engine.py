@@ -214,21 +214,25 @@ class Engine:
     async def get(self, key: ScopeKey, *, followed: bool = False) -> Entry | None:
         """What ``key`` remembers now (``followed``: the caller followed the journal already
         during this call, as a context build does first)."""
+        return (await self.live(key, followed=followed))[0]
+
+    async def live(self, key: ScopeKey, *, followed: bool = False) -> tuple[Entry | None, int]:
+        """What ``key`` remembers now, and its cadence counter (0 when none is kept)."""
         if not followed:
             await self.journal.follow()
         now = self.clock()
         if self._unsure:
             await self._settle(key.kind, key.owner_id, now)
         cache = self.tiers.cache
-        entry = await cache.get(key, now)
-        if (
-            entry is None
-            and not cache.complete
-            and await cache.counter(key, now) is None
-            and await self.read_through(key, now) is not None
-        ):
-            entry = await cache.get(key, now)
-        return entry
+        entry, counter = await cache.live(key, now)
+        if entry is not None:
+            return entry, entry.turns_since_refresh
+        if counter is not None or cache.complete:
+            return None, counter or 0
+        row = await self.read_through(key, now)
+        if row is None:
+            return None, 0
+        return await cache.get(key, now), row.turns_since_refresh
 
     async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
         """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that

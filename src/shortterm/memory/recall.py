@@ -92,12 +92,13 @@ class _Reader:
             return False
         return True
 
-    async def get(self, key: ScopeKey) -> Entry | None:
+    async def live(self, key: ScopeKey) -> tuple[Entry | None, int]:
         try:
-            return await self.engine.get(key, followed=True)  # refresh_settings followed
+            return await self.engine.live(key, followed=True)  # refresh_settings followed
         except StoreUnavailable as exc:
             self._failed(exc)
-            return await self.engine.tiers.cache.get(key, self.engine.clock())
+            entry = await self.engine.tiers.cache.get(key, self.engine.clock())
+            return entry, await self.counter(key, entry)
 
     async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
         try:
@@ -283,14 +284,21 @@ async def build_context(
     live_key = rules.live_scope(recall.snap, args.persona_id)
     live: Entry | None = None
     if personal or live_key.kind == "server":
-        live = await reader.get(live_key)
+        # The owner read usually returned it already: no second read of the same record.
+        live = next((e for e in candidates if e.key == live_key), None)
+        if live is not None:
+            counter = live.turns_since_refresh
+        else:
+            live, counter = await reader.live(live_key)
+    else:
+        counter = await reader.counter(live_key, None)
     labels = recall.labels(args.server_id)
     same: Section | None = recall.same(live, labels) if live is not None else None
 
     nudge: ContextItem | None = None
     # The counter first: it is a field read, while the tool guards scan the user's message.
     if (
-        await reader.counter(live_key, live) >= settings.refresh_cadence
+        counter >= settings.refresh_cadence
         and guard.refusal(recall.snap) is None
     ):
         nudge = ContextItem(text=nudge_text(settings, labels), kind="nudge")
