@@ -3,7 +3,8 @@
 Followers learn of a change from NOTIFY on the schema's channel, then read the journal itself.
 A NOTIFY that never arrives is indistinguishable from no change, so the listening connection
 must also keep proving that it is alive; while it cannot, followers read the journal's end on
-every call.
+every call. A distilled write's NOTIFY names its entry: the process that wrote it does not
+read it back (:meth:`JournalListener.own`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _monotonic = time.monotonic  # bound once: moved() runs on every call of every p
 _CONNECT_TIMEOUT_S = 5.0
 _BACKOFF_S = 0.05  # after the second failure in a row to prove alive; doubles up to the max
 _BACKOFF_MAX_S = 2.0
+_OWN_KEPT = 64  # our own entries not yet heard back: more in flight at once just cost reads
 
 
 async def append(
@@ -96,6 +98,8 @@ class JournalListener:
         self._announced = False  # a change was heard since the last call of moved()
         self._proved_until = -math.inf  # monotonic: when the last proof was sent + timeout_s
         self._head: int | None = None  # the journal's end at the last heartbeat
+        self._own: dict[str, None] = {}  # payloads of our own entries (see own()), oldest first
+        self._own_last = ""  # the newest of them
         self._failures = 0  # connections lost in a row without proving alive
         self._closed = False
 
@@ -114,6 +118,16 @@ class JournalListener:
                 self._listen(), name="shortterm-journal-listener"
             )
         return True
+
+    def own(self, seq: int) -> None:
+        """An entry this process journaled and applied itself (a distilled write): its
+        NOTIFY, and a heartbeat that finds it the journal's end, announce nothing. Every
+        other process's entry comes with a NOTIFY of its own, so nothing else is missed."""
+        payload = str(seq)
+        self._own[payload] = None
+        self._own_last = payload
+        if len(self._own) > _OWN_KEPT:
+            del self._own[next(iter(self._own))]
 
     @property
     def alive(self) -> bool:
@@ -152,8 +166,11 @@ class JournalListener:
                     await self._prove(conn)
                     self._failures = 0
                     # Notifications that arrived during the heartbeat are yielded first.
-                    async for _ in conn.notifies(timeout=self._timeout_s / 3):
-                        self._announced = True
+                    async for note in conn.notifies(timeout=self._timeout_s / 3):
+                        if note.payload in self._own:
+                            del self._own[note.payload]
+                        else:
+                            self._announced = True
         finally:
             self._conn = None
 
@@ -166,7 +183,8 @@ class JournalListener:
         head = None if row is None else int(row[0])
         if head != self._head:
             self._head = head
-            self._announced = True
+            if str(head) != self._own_last:
+                self._announced = True
         self._proved_until = sent + self._timeout_s
 
     async def _answer(self, conn: Conn, query: str) -> tuple[Any, ...] | None:

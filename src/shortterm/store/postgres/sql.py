@@ -141,10 +141,15 @@ def multi_upsert(
             f"j AS (INSERT INTO {t}journal (kind, subject, subject_user, at) "
             "SELECT 'edit', jsonb_build_array(w.kind, w.owner_id, w.channel_id, "
             "w.persona_id), CASE WHEN w.kind = 'user' THEN w.owner_id END, "
-            f"%(journal_at)s::float8 FROM ({written}) AS w)"
+            f"%(journal_at)s::float8 FROM ({written}) AS w RETURNING seq)"
         )
     union = " UNION ALL ".join(f"SELECT {i} AS i, * FROM r{i}" for i in range(n))
     if journaled:
-        ctes.append(f"n AS (SELECT pg_notify('{channel}', ''))")
-        union = f"SELECT u.* FROM ({union}) AS u CROSS JOIN n"
+        # The notification names the newest entry, and each row carries it (last column):
+        # the writing process knows its own entry and need not read it back.
+        ctes.append("js AS (SELECT max(seq) AS seq FROM j)")
+        ctes.append(
+            f"n AS (SELECT pg_notify('{channel}', coalesce(js.seq::text, '')) FROM js)"
+        )
+        union = f"SELECT u.*, js.seq FROM ({union}) AS u CROSS JOIN n CROSS JOIN js"
     return f"WITH {', '.join(ctes)} {union} ORDER BY i"

@@ -129,6 +129,8 @@ class PostgresStore(Journaling):
                     found = await cur.fetchone()
                     if found is not None:
                         out.append(scope_row(found[1:]))
+                        if journaled:
+                            self._listener.own(found[-1])
                 return out
         # Rows are locked in key order, whatever the caller's order, so two writers of
         # overlapping scopes can never deadlock.
@@ -143,6 +145,8 @@ class PostgresStore(Journaling):
         rows: list[ScopeRow | None] = [None] * len(params)
         for r in result:
             rows[order[r[0]]] = scope_row(r[1:])
+        if journaled and result:
+            self._listener.own(result[0][-1])  # the statement's entries end at this one
         if fenced:
             return [r for r in rows if r is not None]
         return [one_row(r) for r in rows]
