@@ -395,12 +395,14 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-def cleanup(pg_url: str, schema: str, redis_url: str, prefix: str) -> None:
+def cleanup(pg_url: str, schema: str, redis_url: str | None, prefix: str) -> None:
     import psycopg
     import redis
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    if redis_url is None:
+        return  # a throwaway server
     client = redis.Redis.from_url(redis_url)
     try:
         for name in client.scan_iter(match=f"{prefix}*", count=1000):

@@ -5,6 +5,12 @@ Run on demand (not part of the test suite)::
     .venv/bin/python benchmarks/round_trips.py \
         --postgres postgresql://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
     .venv/bin/python benchmarks/round_trips.py ... --write docs/benchmarks.md
+    .venv/bin/python benchmarks/round_trips.py --postgres ... --cluster
+
+With ``--cluster`` (instead of ``--redis``) the hot tier is a Redis Cluster of three masters
+the script starts on loopback ports of its own (Debian's ``redis-server``, as the tests do),
+each announcing its relay's port, so that every connection the client opens to any node is
+counted: a request's Redis figure is then the sum over the nodes it reached.
 
 One ``shortterm serve`` process on a fresh PostgreSQL schema and Redis prefix, both reached
 through loopback relays in this process that count round trips: on each relayed connection, a
@@ -28,6 +34,7 @@ import tempfile
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -45,6 +52,7 @@ from bench_sidecar import (
 
 from shortterm.bench.report import publish
 
+ROOT = Path(__file__).resolve().parents[1]
 SECTION = "Round trips per sidecar route"
 ROUTES = ("start turn", "tool call", "capture")
 _CHUNK = 1 << 16
@@ -122,7 +130,7 @@ def _shown(burst: bytes) -> str:
 
 
 async def count(
-    url: str, pg: Relay, redis: Relay, turns: int, trace: int = 0
+    url: str, pg: Relay, redis: Relay | Relays, turns: int, trace: int = 0
 ) -> dict[str, list[int]]:
     """Per route, the PostgreSQL and the Redis round trips of each counted request."""
     conn = await Connection.open(*host_port(url))
@@ -166,14 +174,73 @@ async def count(
     return seen
 
 
+@dataclass
+class Relays:
+    """The Redis relays of one run (one per cluster node), counted together."""
+
+    relays: list[Relay]
+
+    @property
+    def round_trips(self) -> int:
+        return sum(r.round_trips for r in self.relays)
+
+    @property
+    def trace(self) -> list[bytes] | None:
+        traces = [r.trace for r in self.relays if r.trace is not None]
+        return None if not traces else [b for t in traces for b in t]
+
+    @trace.setter
+    def trace(self, value: list[bytes] | None) -> None:
+        for relay in self.relays:
+            relay.trace = None if value is None else []
+
+    def close(self) -> None:
+        for relay in self.relays:
+            relay.close()
+
+
+async def _announced_cluster(stack: ExitStack) -> tuple[str, Relays]:
+    """Three masters, each announcing its relay's port to clients; the seed URL (a relay)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.cluster_support import running_cluster  # the tests' own cluster, reused
+
+    cluster = stack.enter_context(running_cluster())
+    relays = [Relay(("127.0.0.1", port)) for port in cluster.ports]
+    for relay, port in zip(relays, cluster.ports, strict=True):
+        relay_port = await relay.start()
+        cluster.cli(port, "config", "set", "cluster-announce-port", str(relay_port))
+        cluster.cli(port, "config", "set", "cluster-announce-bus-port", str(port + 10000))
+    relay_ports = {str(r._servers[0].sockets[0].getsockname()[1]) for r in relays}
+
+    def announced() -> bool:
+        slots = cluster.cli(cluster.ports[0], "cluster", "slots")
+        return all(port in slots for port in relay_ports)
+
+    for _ in range(200):
+        if await asyncio.to_thread(announced):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError("the cluster's nodes did not announce their relays")
+    seed = relays[0]._servers[0].sockets[0].getsockname()[1]
+    return f"redis+cluster://127.0.0.1:{seed}", Relays(relays)
+
+
 async def run(args: argparse.Namespace) -> dict[str, list[int]]:
-    pg, redis = Relay(target(args.postgres)), Relay(target(args.redis))
-    pg_port, redis_port = await pg.start(), await redis.start()
+    pg = Relay(target(args.postgres))
+    pg_port = await pg.start()
     tag = uuid.uuid4().hex[:12]
     store = with_query(relayed(args.postgres, pg_port), schema=f"bench_{tag}")
-    cache = with_query(relayed(args.redis, redis_port), prefix=f"bench-{tag}:")
     with tempfile.TemporaryDirectory(), ExitStack() as stack:
-        stack.callback(cleanup, args.postgres, f"bench_{tag}", args.redis, f"bench-{tag}:")
+        redis: Relay | Relays
+        if args.cluster:
+            seed, redis = await _announced_cluster(stack)
+            cache = with_query(seed, prefix=f"bench-{tag}:")
+            stack.callback(cleanup, args.postgres, f"bench_{tag}", None, "")
+        else:
+            redis = Relay(target(args.redis))
+            cache = with_query(relayed(args.redis, await redis.start()), prefix=f"bench-{tag}:")
+            stack.callback(cleanup, args.postgres, f"bench_{tag}", args.redis, f"bench-{tag}:")
         proc, url = await asyncio.to_thread(start_server, store, cache)
         try:
             return await count(url, pg, redis, args.turns, args.trace)
@@ -199,7 +266,11 @@ def table(seen: dict[str, list[int]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--postgres", required=True, help="PostgreSQL URL")
-    parser.add_argument("--redis", required=True, help="Redis URL")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--redis", help="Redis URL")
+    where.add_argument(
+        "--cluster", action="store_true", help="a Redis Cluster of three masters started here"
+    )
     parser.add_argument("--turns", type=int, default=200, help="counted turns")
     parser.add_argument(
         "--trace", type=int, default=0, help="print the round trips of the first N per route"

@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -14,6 +15,7 @@ import redis.asyncio as aioredis
 
 import shortterm
 from shortterm.cache.redis import RedisCache
+from shortterm.cache.redis_directory import REFRESH_S as LISTING_REFRESH_S
 from shortterm.cache.redis_layout import Layout
 from shortterm.model import Message, ScopeKey
 from shortterm.model.config import Config
@@ -266,3 +268,94 @@ async def test_the_facade_on_postgres_and_redis_keeps_messages_across_restarts(
         clock.advance(12 * HOUR)
         assert await m.get(key) is None
         assert await m.sweep() == 2
+
+
+# -- fewer round trips: riders and the owner directory's listings --------------------------------
+
+_SET_LUA = "#!lua\nredis.call('SET', KEYS[1], ARGV[1])\nreturn ARGV[1]"
+
+
+def _count_round_trips(cache: RedisCache, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the pipelines the tier sends (one round trip each, on one node)."""
+    sent = [0]
+    send = cache._g._send
+
+    async def counted(what: str, commands: list[Any]) -> list[Any]:
+        sent[0] += 1
+        return await send(what, commands)
+
+    monkeypatch.setattr(cache._g, "_send", counted)
+    return sent
+
+
+async def test_a_ride_goes_with_the_next_pipeline_or_alone(
+    open_cache: Opener, admin: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = await open_cache()
+    sent = _count_round_trips(cache, monkeypatch)
+    key = prefix + "{g0}ride"
+    ride = cache.ride("test", _SET_LUA, [key], ["carried"])
+    assert await admin.get(key) is None  # queued, not sent
+    await cache.owner_entries("server", "g1", T0)  # one pipeline, carrying it
+    assert sent == [1] and await admin.get(key) == "carried"
+    assert await ride.result() == "carried" and sent == [1]  # no round trip of its own
+
+    alone = cache.ride("test", _SET_LUA, [key], ["alone"])
+    assert await alone.result() == "alone" and sent == [2]
+
+    dropped = cache.ride("test", _SET_LUA, [key], ["dropped"])
+    dropped.drop()
+    await cache.owner_entries("server", "g1", T0)
+    assert await admin.get(key) == "alone"  # a dropped ride is never sent
+
+
+async def test_a_ride_fails_with_its_pipeline(open_cache: Opener, prefix: str) -> None:
+    cache = await open_cache()
+    ride = cache.ride("test", _SET_LUA, [prefix + "{g0}ride"], ["x"])
+    await cache.close()  # the pipeline that would carry it cannot be sent
+    with pytest.raises(StoreUnavailable):
+        await cache.owner_entries("server", "g1", T0)
+    with pytest.raises(StoreUnavailable):
+        await ride.result()
+
+
+async def test_an_owner_read_fetches_known_records_with_the_directory(
+    open_cache: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine, theirs = await open_cache(), await open_cache()
+    keys = [ScopeKey.server("g1", f"c{i}", "p1") for i in range(5)]
+    for key in keys[:3]:
+        await mine.capture(key, msgs(f"in {key.channel_id}"), META, None, T0)
+    sent = _count_round_trips(mine, monkeypatch)
+    entries, _ = await mine.owner_entries("server", "g1", T0)
+    assert len(entries) == 3 and sent == [1]  # our own writes were known listed
+    for key in keys[3:]:  # another process lists two more
+        await theirs.capture(key, msgs(f"in {key.channel_id}"), META, None, T0)
+    entries, _ = await mine.owner_entries("server", "g1", T0)
+    assert len(entries) == 5 and sent == [3]  # the new ones in a second round trip
+    entries, _ = await mine.owner_entries("server", "g1", T0)
+    assert len(entries) == 5 and sent == [4]  # and now known
+
+
+async def test_a_lost_listing_is_renewed_within_the_refresh_bound(open_cache: Opener) -> None:
+    mine, theirs = await open_cache(), await open_cache()
+    key = ScopeKey.server("g1", "c1", "p1")
+    await mine.capture(key, msgs("first"), META, None, T0)
+    await theirs.delete_owner("server", "g1")  # another process forgets the owner
+    await mine.capture(key, msgs("again"), META, None, T0 + 1)
+    # Our listing is recent, so this write did not list the key again: only our next owner
+    # read, or the refresh bound, does.
+    assert (await theirs.owner_entries("server", "g1", T0 + 1))[0] == []
+    await mine.capture(key, msgs("later"), META, None, T0 + 1 + LISTING_REFRESH_S)
+    [entry] = (await theirs.owner_entries("server", "g1", T0 + 2 + LISTING_REFRESH_S))[0]
+    assert [m.content for m in entry.messages][-1] == "later"
+
+
+async def test_our_own_forget_makes_the_next_write_list_its_key(open_cache: Opener) -> None:
+    mine, theirs = await open_cache(), await open_cache()
+    key = ScopeKey.server("g1", "c1", "p1")
+    await mine.capture(key, msgs("first"), META, None, T0)
+    await mine.delete_owner("server", "g1")
+    await mine.capture(key, msgs("again"), META, None, T0 + 1)
+    [entry] = (await theirs.owner_entries("server", "g1", T0 + 1))[0]
+    assert [m.content for m in entry.messages] == ["again"]

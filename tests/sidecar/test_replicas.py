@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import shortterm
+from shortterm.cache.redis_layout import DEFAULT_GROUPS, Layout
 from shortterm.model.config import Config
 from shortterm.sidecar import SidecarSettings, create_app
 from shortterm.sidecar.turns import RedisTurnRegistry
@@ -126,9 +127,15 @@ async def test_a_forged_or_tampered_turn_id_is_a_404_on_every_replica(
     real = await start(a)
     other = await start(a, user_id="999", channel_id="elsewhere")
     tampered = real[:-1] + ("A" if real[-1] != "A" else "B")
+    token, _, group = real.rpartition(".")  # an id ends with its channel group's number
     forged = [
         secrets.token_urlsafe(24),
         tampered,
+        ("A" if token[0] != "A" else "B") + real[1:],
+        f"{token}.{(int(group) + 1) % DEFAULT_GROUPS}",
+        f"{token}.{DEFAULT_GROUPS}",
+        f"{token}.-1",
+        token,
         real + "x",
         real[:-1],
         "x" * 256,
@@ -164,7 +171,8 @@ async def shared_app(
     store, cache = shared_urls
     config = Config(sweep_interval_s=0)
     async with shortterm.open(store=store, cache=cache, clock=clock, config=config) as memory:
-        app = create_app(memory, SidecarSettings(turn_ttl_s=60, max_turns=3))
+        # 3 turns in each of the 16 channel groups (a shared registry's share per group).
+        app = create_app(memory, SidecarSettings(turn_ttl_s=60, max_turns=3 * DEFAULT_GROUPS))
         assert isinstance(app.state.turns, RedisTurnRegistry)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -189,15 +197,20 @@ async def test_shared_turn_ids_expire_after_their_last_use(
 async def test_shared_turn_ids_are_bounded_least_recently_used_first(
     shared_app: httpx.AsyncClient, clock: FakeClock
 ) -> None:
+    # Channels of one group: the registry bounds each group's turns (its share of max_turns).
+    layout = Layout("any:")
+    channels = [c for c in (f"c{i}" for i in range(200)) if layout.group_of(c) == 0][:4]
+    other = next(c for c in (f"c{i}" for i in range(200)) if layout.group_of(c) == 1)
+    elsewhere = await start(shared_app, channel_id=other)  # another group: never evicted here
     ids = []
-    for i in range(3):  # one clock step apart: uses at the same instant have no order
-        ids.append(await start(shared_app, channel_id=f"c{i}"))
+    for channel in channels[:3]:  # one clock step apart: uses at the same instant have no order
+        ids.append(await start(shared_app, channel_id=channel))
         clock.advance(1)
     await shared_app.post(f"/v1/turns/{ids[0]}/tool-calls", json=OTHER)  # used
-    newest = await start(shared_app, channel_id="c3")  # evicts ids[1], the least recent
+    newest = await start(shared_app, channel_id=channels[3])  # evicts ids[1], the least recent
     gone = await shared_app.post(f"/v1/turns/{ids[1]}/capture", json=CAPTURE)
     assert gone.status_code == 404
-    for turn_id in (ids[0], ids[2], newest):
+    for turn_id in (ids[0], ids[2], newest, elsewhere):
         assert (await shared_app.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE)).is_success
     metrics = (await shared_app.get("/metrics")).text
     assert "shortterm_sidecar_turns_evicted_total 1.0" in metrics

@@ -63,11 +63,8 @@ from ..model.errors import StoreUnavailable
 from ..model.fence import WriteFence
 from . import redis_forget
 from .redis_client import Calls, Client, failure_bound_s, open_url
-from .redis_codec import (
-    key_of,
-    member,
-    view,
-)
+from .redis_codec import Views, key_of, member
+from .redis_directory import Directories, Listed
 from .redis_layout import DEFAULT_GROUPS, Layout
 from .redis_scripts import DELETE, Groups, Ride, Script
 from .redis_writes import Scope, Writes
@@ -75,12 +72,6 @@ from .redis_writes import Scope, Writes
 __all__ = ["RedisCache", "failure_bound_s"]
 
 log = logging.getLogger("shortterm")
-
-# An owner directory lists a key before its record may exist (both are written in one
-# pipeline, to different slots): a listed key without a record is pruned only once older.
-_PRUNE_GRACE_S = 60.0
-_FIELDS = ("meta", "d", "m")  # what an owner read takes of a record
-_LISTINGS_KEPT = 4096  # owners whose last directory listing this process keeps
 
 
 class RedisCache:
@@ -110,7 +101,6 @@ class RedisCache:
         self.prefix = prefix
         self._complete_ttl_ms = max(1, int(owner_complete_ttl_s * 1000))
         self._margin_ms = str(int(safety_margin_s * 1000))
-        self._directory_ms = int((max(crude_ttl_s, summary_ttl_s) + safety_margin_s) * 1000)
         self._owns_client = owns_client
         self._calls = Calls(call_timeout_s)
         self._g = Groups(client, self.layout, self._calls)
@@ -121,7 +111,9 @@ class RedisCache:
         self._floor_lost = True
         self._token = uuid.uuid4().hex
         self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
-        self._listed: dict[tuple[str, str], tuple[str, ...]] = {}  # see _remember_listing
+        lifetime = max(crude_ttl_s, summary_ttl_s) + safety_margin_s
+        self._views = Views((crude_ttl_s, summary_ttl_s))
+        self._directories = Directories(self._g, lifetime, self._views)
         self._settings_seen = 0  # the newest settings change an owner read returned
         self._counts = dict.fromkeys(
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
@@ -150,10 +142,18 @@ class RedisCache:
     def call_timeout_s(self) -> float | None:
         return self._calls.call_timeout_s
 
+    def group_of(self, channel_id: str) -> int:
+        """The group of a channel's keys (see :mod:`.redis_layout`)."""
+        return self.layout.group_of(channel_id)
+
+    def turn_group_prefix(self, group: int) -> str:
+        """The start of the sidecar's shared turn keys for turns in the group's channels: in
+        the group's slot, with the capture's and the tool call's rows."""
+        return self.layout.turns(group)
+
     @property
-    def turn_prefix(self) -> str:
-        """The start of the sidecar's shared turn keys (one hash tag: one slot)."""
-        return self.layout.turns()
+    def groups(self) -> int:
+        return self.layout.groups
 
     def operation(self) -> AbstractContextManager[None]:
         return self._calls.operation()
@@ -168,7 +168,7 @@ class RedisCache:
         self, what: str, source: str, keys: Sequence[str], args: Sequence[str]
     ) -> Any:
         """Run a Lua script of ours (the sidecar's turn registry) with this tier's bound and
-        error mapping. Its keys must share one hash tag (see :attr:`turn_prefix`)."""
+        error mapping. Its keys must share one hash tag (see :meth:`turn_group_prefix`)."""
         return await self._g.run(what, self._script(source), keys, args)
 
     def ride(self, what: str, source: str, keys: Sequence[str], args: Sequence[str]) -> Ride:
@@ -176,28 +176,17 @@ class RedisCache:
         read the same request makes anyway), or alone by ``await ride.result()``."""
         return self._g.ride(what, self._script(source), keys, args)
 
-    def _list(self, pipe: Any, key: ScopeKey, now: float) -> None:
-        """Add the key to its owner's directory (in the owner's slot), and to the listing
-        this process keeps of it: the owner's next read fetches the record at once."""
-        directory = self.layout.directory(key.kind, key.owner_id)
-        name = member(key)
-        pipe.zadd(directory, {name: now})
-        pipe.pexpire(directory, self._directory_ms)
-        owner = (key.kind, key.owner_id)
-        known = self._listed.get(owner)
-        if known is not None and name not in known:
-            self._listed[owner] = (*known, name)
-
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, key: ScopeKey, now: float) -> Entry | None:
-        record = self.layout.record(key, member(key))
+        name = member(key)
+        record = self.layout.record(key, name)
         meta_raw, d_raw, m_raw = await self._calls.call(
             "read", lambda: self.client.hmget(record, ["meta", "d", "m"])
         )
         entry = None
         if meta_raw is not None:
-            entry = view(key, (meta_raw, d_raw, m_raw), now, self._ttls)
+            entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
         self._counts["hits" if entry is not None else "misses"] += 1
         return entry
 
@@ -211,69 +200,25 @@ class RedisCache:
         return _counter(d_raw, exp, now)
 
     async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
-        record = self.layout.record(key, member(key))
+        name = member(key)
+        record = self.layout.record(key, name)
         meta_raw, d_raw, m_raw, exp = await self._calls.call(
             "read", lambda: self.client.hmget(record, ["meta", "d", "m", "exp"])
         )
         entry = None
         if meta_raw is not None:
-            entry = view(key, (meta_raw, d_raw, m_raw), now, self._ttls)
+            entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
         self._counts["hits" if entry is not None else "misses"] += 1
         return entry, _counter(d_raw, exp, now)
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
-        """The owner's directory (and marker, and the settings change) with the records it
-        listed last time, in one round trip; the records of keys it lists anew, in a second.
-        Only what the directory lists now is returned: a record it no longer lists is not."""
-        directory = self.layout.directory(kind, owner_id)
-        owner = (kind, owner_id)
-        known = self._listed.pop(owner, ())
-        record = self.layout.record
-
-        def head(pipe: Any) -> None:
-            pipe.zrange(directory, 0, -1, withscores=True)
-            pipe.exists(self.layout.marker(kind, owner_id))
-            pipe.get(self.layout.base(0) + "sv")
-            for name in known:
-                pipe.hmget(record(key_of(name), name), _FIELDS)
-
-        listed, marked, seen_raw, *early = await self._g.batch("owner read", head)
-        self._settings_seen = max(self._settings_seen, int(seen_raw or 0))
-        fields_of = dict(zip(known, early, strict=True))
-        new = [name for name, _ in listed if name not in fields_of]
-        if new:
-            late = await self._g.batch(
-                "owner read",
-                lambda pipe: [pipe.hmget(record(key_of(name), name), _FIELDS) for name in new],
-            )
-            fields_of.update(zip(new, late, strict=True))
-        out: list[Entry] = []
-        gone: list[str] = []
-        for name, score in listed:
-            fields = fields_of[name]
-            if fields[0] is None:
-                if float(score) < now - _PRUNE_GRACE_S:
-                    gone.append(name)  # its record expired or was evicted
-                continue
-            entry = view(key_of(name), fields, now, self._ttls)
-            if entry is not None:
-                out.append(entry)
-        if gone:
-            await self._calls.call("owner read", lambda: self.client.zrem(directory, *gone))
-        self._remember_listing(owner, [name for name, _ in listed if name not in gone])
-        self._counts["hits"] += len(out)
-        return out, bool(marked)
-
-    def _remember_listing(self, owner: tuple[str, str], names: list[str]) -> None:
-        """Keep what the directory listed, so the next read of the owner fetches those
-        records with the directory itself (bounded: the least recently read owner goes)."""
-        if not names:
-            return
-        self._listed[owner] = tuple(names)
-        if len(self._listed) > _LISTINGS_KEPT:
-            del self._listed[next(iter(self._listed))]
+        """Through the owner directory (see :mod:`.redis_directory`): usually one round trip."""
+        read = await self._directories.read(kind, owner_id, now)
+        self._settings_seen = max(self._settings_seen, read.settings_seen)
+        self._counts["hits"] += len(read.entries)
+        return read.entries, read.marked
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         marker = self.layout.marker(kind, owner_id)
@@ -330,14 +275,16 @@ class RedisCache:
         for i, (key, _, _) in enumerate(scopes):
             by_group.setdefault(self.layout.key_group(key), []).append(i)
 
+        listed: list[Listed] = []
+
         def build(pipe: Any) -> None:
             for group, picked in by_group.items():
                 chosen = [scopes[i] for i in picked]
                 self._writes.capture(pipe, group, chosen, meta, now, fence)
-            for key, _, _ in scopes:
-                self._list(pipe, key, now)
+            listed.extend(self._directories.list_keys(pipe, [key for key, _, _ in scopes], now))
 
         replies = await self._g.batch("capture", build)
+        self._directories.noted(listed, now)
         outcomes = [0] * len(scopes)
         for (group, picked), reply in zip(by_group.items(), replies, strict=False):
             self._g.total(group, reply)
@@ -356,13 +303,15 @@ class RedisCache:
         if not rows:
             return
 
+        listed: list[Listed] = []
+
         def build(pipe: Any) -> None:
             for row in rows:
                 self._writes.apply(pipe, row, now, fence)
-            for row in rows:
-                self._list(pipe, row.key, now)
+            listed.extend(self._directories.list_keys(pipe, [row.key for row in rows], now))
 
         replies = await self._g.batch("row write", build)
+        self._directories.noted(listed, now)
         for row, reply in zip(rows, replies, strict=False):
             if self._g.total(self.layout.key_group(row.key), reply) == -2:
                 self._floor_lost = True
@@ -422,6 +371,7 @@ class RedisCache:
     # -- evictions ------------------------------------------------------------------------
 
     async def delete(self, key: ScopeKey) -> bool:
+        self._directories.drop((key.kind, key.owner_id))
         group, name = self.layout.key_group(key), member(key)
         keys = self._g.declared(group, self.layout.record(key, name))
         reply = await self._g.run("delete", DELETE, keys, [self.layout.base(group), name])
@@ -435,11 +385,13 @@ class RedisCache:
         return removed
 
     async def delete_channel(self, channel_id: str) -> int:
+        self._directories.drop()  # its keys belong to owners we cannot name here
         group = self.layout.group_of(channel_id)
         return await self._delete_indexes([(group, self.layout.channel_index(channel_id))], "s")
 
     async def delete_owner(self, kind: ScopeKind, owner_id: str) -> int:
         """Every group's index of the owner (one pipeline), then the directory and marker."""
+        self._directories.drop((kind, owner_id))
         indexes = [(g, self.layout.owner_index(g, kind, owner_id)) for g in self._g.all]
         removed = await self._delete_indexes(indexes, "z")
         directory, marker = (
@@ -482,6 +434,7 @@ class RedisCache:
 
     async def clear_prefix(self) -> int:
         """Delete every key under this prefix (tests, resets); returns how many."""
+        self._directories.drop()
         removed = 0
         pattern = _glob_escape(self.prefix) + "*"
         async for batch in _scan_batches(self.client, pattern):

@@ -1,7 +1,9 @@
 """How a hot-tier record is spelled in Redis: compact JSON the Lua scripts read and write.
 
 Separate from :mod:`.redis` so the encoding can be read (and changed) in one place; these
-run once per capture or read, so they stay plain functions with nothing to look up.
+run once per capture or read, so they stay plain functions with nothing to look up. Reads
+decode with the models' unchecked constructors: only this tier writes records, from values
+that were checked then; :class:`Views` decodes a record once per content.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from ..model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
 
 __all__ = [
+    "Views",
     "authors",
     "authors_json",
     "decode_messages",
@@ -24,7 +27,6 @@ __all__ = [
     "message_json",
     "messages_json",
     "meta_json",
-    "view",
 ]
 
 
@@ -48,7 +50,7 @@ def member(key: ScopeKey) -> str:
 
 def key_of(member: str) -> ScopeKey:
     kind, owner, channel, persona = json.loads(member)
-    return ScopeKey(kind, owner, channel, persona)
+    return ScopeKey._unchecked(kind, owner, channel, persona)
 
 
 def meta_json(meta: ScopeMeta) -> str:
@@ -85,18 +87,15 @@ def authors_json(messages: Sequence[Message]) -> str:
 
 
 def decode_messages(raw: list[Any]) -> tuple[Message, ...]:
+    # Unchecked: only this tier writes records, from messages that were checked then.
+    unchecked, privacy_of = Message._unchecked, _PRIVACY.__getitem__
     return tuple(
-        Message(
-            role,
-            content,
-            author_id=author,
-            speaker=speaker,
-            at=at,
-            message_id=message_id,
-            privacy=Privacy(privacy),
-        )
+        unchecked(role, content, author, speaker, at, message_id, privacy_of(privacy))
         for role, content, author, speaker, at, message_id, privacy in raw
     )
+
+
+_PRIVACY = {p.value: p for p in Privacy}
 
 
 def durable_json(row: ScopeRow, summary_ttl_s: float) -> tuple[str, str]:
@@ -118,47 +117,64 @@ def durable_json(row: ScopeRow, summary_ttl_s: float) -> tuple[str, str]:
     return d, lua_float(max(expiries)) if expiries else ""
 
 
-def view(
-    key: ScopeKey,
-    fields: tuple[str, str | None, str | None],
-    now: float,
-    ttls: tuple[float, float],
-) -> Entry | None:
+Fields = tuple[str, str | None, str | None]  # a record's meta, d and m, as read
+_INF = float("inf")
+
+
+def _view(
+    key: ScopeKey, fields: Fields, now: float, ttls: tuple[float, float]
+) -> tuple[Entry | None, float]:
     """The live view of a record (its ``meta``, ``d`` and ``m`` fields) at ``now``, given
-    the crude and summary TTLs; ``None`` when nothing in it is live."""
+    the crude and summary TTLs (``None`` when nothing in it is live), and until when it stays
+    the view: the first expiry of a part in it (a part that expired never comes back)."""
     meta_raw, d_raw, m_raw = fields
     crude_ttl_s, summary_ttl_s = ttls
+    until = _INF
     messages: tuple[Message, ...] = ()
     messages_at = None
     if m_raw:
         at, raw = json.loads(m_raw)
         if raw and now < at + crude_ttl_s:
-            messages, messages_at = decode_messages(raw), at
+            messages, messages_at, until = decode_messages(raw), at, at + crude_ttl_s
     summary = summary_at = categories_at = None
     categories: dict[str, str] = {}
     turns = 0
     if d_raw:
         s, s_at, cats, c_at, turns = json.loads(d_raw)
         if s is not None and s_at is not None and now < s_at + summary_ttl_s:
-            summary, summary_at = s, s_at
+            summary, summary_at, until = s, s_at, min(until, s_at + summary_ttl_s)
         if cats and c_at is not None and now < c_at + summary_ttl_s:
             categories, categories_at = cats, c_at
+            until = min(until, c_at + summary_ttl_s)
     if not messages and summary is None and not categories:
-        return None
+        return None, _INF
     server_id, server_name, channel_name, parent, private, lineage = json.loads(meta_raw)
-    return Entry(
-        key=key,
-        messages=messages,
-        summary=summary,
-        categories=categories,
-        turns_since_refresh=turns,
-        messages_at=messages_at,
-        summary_at=summary_at,
-        categories_at=categories_at,
-        server_id=server_id,
-        server_name=server_name,
-        channel_name=channel_name,
-        parent_channel_id=parent,
-        private=private,
-        persona_lineage_id=lineage,
+    meta = ScopeMeta(server_id, server_name, channel_name, parent, private, lineage)
+    entry = Entry._unchecked(
+        key, messages, summary, categories, turns, messages_at, summary_at, categories_at, meta
     )
+    return entry, until
+
+
+class Views:
+    """Views of records, decoded once per content: a record read again unchanged gives the
+    same :class:`Entry` (no decoding, and the render cache, keyed by the entry, still holds its
+    rendering) until a part of it expires. Bounded: the least recently decoded go first."""
+
+    def __init__(self, ttls: tuple[float, float], size: int = 4096) -> None:
+        self._ttls = ttls
+        self._size = size
+        self._by_name: dict[str, tuple[Fields, Entry | None, float, float]] = {}
+
+    def view(self, name: str, fields: Fields, now: float) -> Entry | None:
+        """The view of record ``name`` (its member string) holding ``fields``, at ``now``."""
+        fields = (fields[0], fields[1], fields[2])  # a reply's list, or a tuple
+        seen = self._by_name.get(name)
+        if seen is not None and seen[0] == fields and seen[2] <= now < seen[3]:
+            return seen[1]
+        entry, until = _view(key_of(name), fields, now, self._ttls)
+        self._by_name.pop(name, None)
+        self._by_name[name] = (fields, entry, now, until)
+        if len(self._by_name) > self._size:
+            del self._by_name[next(iter(self._by_name))]
+        return entry

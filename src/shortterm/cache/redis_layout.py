@@ -15,7 +15,8 @@ hash tag, which Redis Cluster uses, alone, to choose the key's slot::
     P{g<k>}moving                never written: see :meth:`Layout.fixed_keys`
     P{o:<kind>:<owner>}          the owner directory: every key of the owner, in any group
     P{o:<kind>:<owner>}c         "this owner was re-read from the durable tier" marker
-    P{turns}...                  the sidecar's shared turns (one slot for all of them)
+    P{g<k>}t:<id>, P{g<k>}ts     the sidecar's shared turns of the group's channels, and
+                                 their index by expiry (the id ends with ``.<k>``)
 
 A channel belongs to group ``k = crc32(channel) mod G`` (``G`` = the ``groups=`` URL option,
 16 by default), so a scope's record, its channel index and the fence it is checked against
@@ -96,7 +97,7 @@ class Layout:
     def marker(self, kind: str, owner_id: str) -> str:
         return self.directory(kind, owner_id) + "c"
 
-    def turns(self) -> str:
-        """The start of the sidecar's turn keys: every turn and their index in one slot, so
-        the registry's eviction (across all turns) stays one script."""
-        return f"{self.prefix}{{turns}}"
+    def turns(self, group: int) -> str:
+        """The start of the sidecar's turn keys for turns in the group's channels: in the
+        group's slot, so a turn's read, end and guard travel with its capture and its rows."""
+        return self._bases[group] + "t"

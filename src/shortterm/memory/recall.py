@@ -297,10 +297,7 @@ async def build_context(
 
     nudge: ContextItem | None = None
     # The counter first: it is a field read, while the tool guards scan the user's message.
-    if (
-        counter >= settings.refresh_cadence
-        and guard.refusal(recall.snap) is None
-    ):
+    if counter >= settings.refresh_cadence and guard.refusal(recall.snap) is None:
         nudge = ContextItem(text=nudge_text(settings, labels), kind="nudge")
 
     reader.done()

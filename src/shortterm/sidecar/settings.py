@@ -45,7 +45,7 @@ class SidecarSettings:
     ``/healthz`` and ``/readyz``; it is required when ``host`` is not a loopback address.
     ``max_body_bytes`` bounds a request body (413 beyond it). A turn id lives ``turn_ttl_s``
     seconds after its last use, and at most ``max_turns`` ids are kept (the least recently used
-    go first).
+    go first; a shared registry in Redis bounds each channel group to its share).
     """
 
     host: str = "127.0.0.1"

@@ -10,11 +10,13 @@ Two registries keep that contract:
 - :class:`TurnRegistry` (in-process cache): the :class:`shortterm.Turn` objects themselves,
   in this process. Its per-turn guards hold across requests to this process.
 - :class:`RedisTurnRegistry` (Redis cache): one hash per turn in the cache's Redis, under its
-  prefix (``turn:<id>``: the turn's arguments, its expiry, the upgrade guard, a capture
-  claim) and a sorted set of ids by expiry (``turns``). Any replica on that Redis rebuilds
-  the turn from its arguments and serves it; the one-upgrade guard is taken in a Lua script,
-  so of parallel tool calls through any replicas exactly one writes; a capture deletes the
-  hash, which ends the turn everywhere at once.
+  prefix and in the hash-tag group of the turn's channel (``{g<k>}t:<id>``: the turn's
+  arguments, its expiry, the upgrade guard, a capture claim; the id ends with ``.<k>``) and
+  per group a sorted set of ids by expiry (``{g<k>}ts``) holding the group's share of
+  ``max_turns``. Any replica on that Redis rebuilds the turn from its arguments and serves
+  it; the one-upgrade guard is taken in a Lua script, so of parallel tool calls through any
+  replicas exactly one writes; a capture deletes the hash, which ends the turn everywhere at
+  once.
 
   Each route costs the fewest round trips: a turn's registration rides with the pipeline of
   the start's owner read, a tool call's turn read takes the guard too and the guard's settle
@@ -254,7 +256,7 @@ class _SharedGuard:
 
     def settle(self, upgraded: bool) -> Awaitable[object]:
         r = self._registry
-        keys, args = [r._key(self._turn_id)], ["1" if upgraded else "0"]
+        keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0"]
         return r._cache.ride("turn guard", _SETTLE, keys, args).result()
 
 
@@ -266,44 +268,52 @@ class RedisTurnRegistry:
         self.max_turns = max_turns
         self._memory = memory
         self._cache = cache
-        self._hash_prefix = f"{cache.turn_prefix}turn:"
-        self._index = f"{cache.turn_prefix}turns"
+        # Turns live in their channel's group (its slot), and each group keeps its share of
+        # ``max_turns``: eviction is one script, in one slot.
+        self._per_group = str(max(1, -(-max_turns // cache.groups)))
         self._ttl_ms = str(max(1, int(ttl_s * 1000)))
-        self._live = 0  # as of this replica's last turn start
+        self._live = [0] * cache.groups  # per group, as of this replica's last turn start
         self.evicted = 0
         self.expired = 0
 
     def __len__(self) -> int:
-        return self._live
+        return sum(self._live)
 
-    def _key(self, turn_id: str) -> str:
-        return self._hash_prefix + turn_id
+    def _keys(self, turn_id: str) -> tuple[str, str, str]:
+        """The turn's hash, its group's index and the prefix of its group's hashes. The id
+        ends with its group's number: ``<token>.<group>``."""
+        _, dot, number = turn_id.rpartition(".")
+        if not (dot and number.isascii() and number.isdigit()) or int(number) >= len(self._live):
+            raise TurnNotFound(turn_id)  # never issued
+        base = self._cache.turn_group_prefix(int(number))
+        return f"{base}:{turn_id}", f"{base}s", f"{base}:"
 
     async def _run(self, what: str, source: str, keys: list[str], args: list[str]) -> Any:
         result: Any = await self._cache.run_script(what, source, keys, args)
         return result
 
     def add(self, turn: Turn) -> Pending:
-        turn_id = secrets.token_urlsafe(ID_BYTES)
+        group = self._cache.group_of(turn.args.channel_id)
+        turn_id = f"{secrets.token_urlsafe(ID_BYTES)}.{group}"
+        key, index, hashes = self._keys(turn_id)
         now = self._memory.clock()
         args = [
             turn_id,
             _turn_args(turn),
             repr(now + self.ttl_s),
             repr(now),
-            str(self.max_turns),
+            self._per_group,
             self._ttl_ms,
-            self._hash_prefix,
+            hashes,
         ]
-        ride = self._cache.ride("turn start", _ADD, [self._key(turn_id), self._index], args)
-        return _Added(self, ride, turn_id)
+        ride = self._cache.ride("turn start", _ADD, [key, index], args)
+        return _Added(self, ride, turn_id, group)
 
     async def _load(self, turn_id: str, *, claim: str) -> tuple[TurnArgs, str]:
-        if not turn_id.isascii():
-            raise TurnNotFound(turn_id)  # never issued: ids are URL-safe ASCII
+        key, index, _ = self._keys(turn_id)
         now = self._memory.clock()
         args = [turn_id, repr(now), repr(now + self.ttl_s), self._ttl_ms, claim]
-        found = await self._run("turn read", _GET, [self._key(turn_id), self._index], args)
+        found = await self._run("turn read", _GET, [key, index], args)
         if not found or found == "capturing":
             raise TurnNotFound(turn_id)
         raw, upgrade = found
@@ -330,28 +340,31 @@ class RedisTurnRegistry:
         return self._memory.turn_from(turn_args, upgraded=state == "done", shared=guard)
 
     def end_with_capture(self, turn_id: str) -> Pending:
-        keys = [self._key(turn_id), self._index]
-        return self._cache.ride("turn end", _END, keys, [turn_id, "1"])
+        key, index, _ = self._keys(turn_id)
+        return self._cache.ride("turn end", _END, [key, index], [turn_id, "1"])
 
     async def end_capture(self, turn_id: str, *, captured: bool) -> None:
-        keys = [self._key(turn_id), self._index]
-        await self._run("turn end", _END, keys, [turn_id, "1" if captured else "0"])
+        key, index, _ = self._keys(turn_id)
+        await self._run("turn end", _END, [key, index], [turn_id, "1" if captured else "0"])
 
 
 class _Added:
     """A turn's registration riding with the start's first pipeline."""
 
-    def __init__(self, registry: RedisTurnRegistry, ride: Pending, turn_id: str) -> None:
+    def __init__(
+        self, registry: RedisTurnRegistry, ride: Pending, turn_id: str, group: int
+    ) -> None:
         self._registry = registry
         self._ride = ride
         self._turn_id = turn_id
+        self._group = group
 
     async def result(self) -> str:
         expired, evicted, live = await self._ride.result()
         registry = self._registry
         registry.expired += int(expired)
         registry.evicted += int(evicted)
-        registry._live = int(live)
+        registry._live[self._group] = int(live)
         return self._turn_id
 
     def drop(self) -> None:

@@ -148,8 +148,6 @@ def multi_upsert(
         # The notification names the newest entry, and each row carries it (last column):
         # the writing process knows its own entry and need not read it back.
         ctes.append("js AS (SELECT max(seq) AS seq FROM j)")
-        ctes.append(
-            f"n AS (SELECT pg_notify('{channel}', coalesce(js.seq::text, '')) FROM js)"
-        )
+        ctes.append(f"n AS (SELECT pg_notify('{channel}', coalesce(js.seq::text, '')) FROM js)")
         union = f"SELECT u.*, js.seq FROM ({union}) AS u CROSS JOIN n CROSS JOIN js"
     return f"WITH {', '.join(ctes)} {union} ORDER BY i"
