@@ -276,8 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trace", type=int, default=0, help="print the round trips of the first N per route"
     )
     parser.add_argument("--write", default=None, help="markdown file to update")
+    parser.add_argument("--json", default=None, help="write each request's counts here")
     args = parser.parse_args(argv)
     seen = asyncio.run(run(args))
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(seen), encoding="utf-8")
     shown = ["benchmarks/round_trips.py", *(argv if argv is not None else sys.argv[1:])]
     text = (
         f"Command: `python {' '.join(shown)}`. Mean round trips per request through counting "
