@@ -54,6 +54,7 @@ from shortterm.bench.report import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "Round trips per sidecar route"
+CLUSTER_SECTION = "Round trips per sidecar route on a Redis Cluster"
 ROUTES = ("start turn", "tool call", "capture")
 _CHUNK = 1 << 16
 _LISTEN = b"LISTEN"
@@ -282,12 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         Path(args.json).write_text(json.dumps(seen), encoding="utf-8")
     shown = ["benchmarks/round_trips.py", *(argv if argv is not None else sys.argv[1:])]
+    where = "three masters, each node's connections counted; " if args.cluster else ""
     text = (
         f"Command: `python {' '.join(shown)}`. Mean round trips per request through counting "
-        "loopback relays (see the script's docstring); one client, one sidecar process, "
-        f"{args.turns} turns.\n\n" + table(seen)
+        f"loopback relays (see the script's docstring); {where}one client, one sidecar "
+        f"process, {args.turns} turns.\n\n" + table(seen)
     )
-    publish(text, args.write, SECTION)
+    publish(text, args.write, CLUSTER_SECTION if args.cluster else SECTION)
     return 0
 
 
