@@ -309,6 +309,17 @@ async def test_a_ride_goes_with_the_next_pipeline_or_alone(
     assert await admin.get(key) == "alone"  # a dropped ride is never sent
 
 
+async def test_a_ride_waits_for_a_pipeline_of_its_own_task(
+    open_cache: Opener, admin: aioredis.Redis, prefix: str
+) -> None:
+    cache = await open_cache()
+    key = prefix + "{g0}ride"
+    ride = cache.ride("test", _SET_LUA, [key], ["mine"])
+    await asyncio.create_task(cache.owner_entries("server", "g1", T0))  # another request's
+    assert await admin.get(key) is None
+    assert await ride.result() == "mine"
+
+
 async def test_a_ride_fails_with_its_pipeline(open_cache: Opener, prefix: str) -> None:
     cache = await open_cache()
     ride = cache.ride("test", _SET_LUA, [prefix + "{g0}ride"], ["x"])

@@ -140,9 +140,10 @@ class OneScopeOracle:
                 _dumps([[a, t] for a, t in author_targets(named).items()]),
             ]
             reply = await self.script(args=args)
-            directory = c.layout.directory(key.kind, key.owner_id)  # as the tier lists it
-            await c.client.zadd(directory, {args[1]: now})
-            await c.client.pexpire(directory, c._directory_ms)
+            pipe = c.client.pipeline(transaction=False)  # listed as the tier lists it
+            listed = c._directories.list_keys(pipe, [key], now)
+            await pipe.execute()
+            c._directories.noted(listed, now)
             outcome = int(reply[0])
             if outcome == -2:
                 gone = set(json.loads(reply[3]))

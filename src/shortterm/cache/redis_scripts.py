@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from importlib import resources
 from typing import Any, cast
 
@@ -68,19 +67,17 @@ _Command = tuple[str, tuple[Any, ...], dict[str, Any]]
 class _Rider:
     """One script call waiting for a pipeline of its task to carry it."""
 
-    __slots__ = ("command", "future", "queue", "what")
+    __slots__ = ("command", "future", "task", "what")
 
-    def __init__(self, what: str, command: _Command, queue: list[_Rider]) -> None:
+    def __init__(self, what: str, command: _Command, task: _Task) -> None:
         self.what = what
         self.command = command
-        self.queue = queue  # the task's waiting riders (this one is in it until taken)
+        self.task = task  # whose pipelines may carry it
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
 
-# Per task (and the tasks it starts) and per tier: the riders no pipeline took yet.
-_RIDERS: ContextVar[dict[int, list[_Rider]] | None] = ContextVar(
-    "shortterm_redis_riders", default=None
-)
+_Task = asyncio.Task[Any] | None
+_THIS_TASK: Any = object()  # batch's default: the calling task's riders
 
 
 class Ride:
@@ -96,15 +93,14 @@ class Ride:
         """The call's reply; sent now (with the task's other waiting riders) if no pipeline
         took it yet."""
         rider = self._rider
-        if rider in rider.queue:
-            await self._groups.batch(rider.what, _nothing, riders=rider.queue)
+        if self._groups.waiting(rider):
+            await self._groups.batch(rider.what, _nothing, task=rider.task)
         return await rider.future
 
     def drop(self) -> None:
         """Give up on the reply: unsent, the call is not sent; sent, its outcome is ignored."""
         rider = self._rider
-        if rider in rider.queue:
-            rider.queue.remove(rider)
+        if self._groups.unqueue(rider):
             rider.future.cancel()
         elif rider.future.done() and not rider.future.cancelled():
             rider.future.exception()  # retrieved: no "never retrieved" warning
@@ -138,6 +134,7 @@ class Groups:
         self.layout = layout
         self.calls = calls
         self.totals = [(0, 0)] * layout.groups
+        self._riders: dict[_Task, list[_Rider]] = {}  # per task, what no pipeline took yet
 
     @property
     def all(self) -> range:
@@ -158,32 +155,36 @@ class Groups:
 
     def ride(self, what: str, script: Script, keys: Sequence[str], args: Sequence[str]) -> Ride:
         """Queue one script call for this task's next :meth:`batch` on the tier."""
-        waiting = _RIDERS.get()
-        if waiting is None:
-            waiting = {}
-            _RIDERS.set(waiting)
-        queue = waiting.setdefault(id(self), [])
+        task = asyncio.current_task()
         command: _Command = ("evalsha", (script.sha, len(keys), *keys, *args), {})
-        rider = _Rider(what, command, queue)
-        queue.append(rider)
+        rider = _Rider(what, command, task)
+        self._riders.setdefault(task, []).append(rider)
         return Ride(self, rider)
 
+    def waiting(self, rider: _Rider) -> bool:
+        return rider in self._riders.get(rider.task, ())
+
+    def unqueue(self, rider: _Rider) -> bool:
+        """Take a rider off its queue; False when a pipeline took it already."""
+        queue = self._riders.get(rider.task)
+        if queue is None or rider not in queue:
+            return False
+        queue.remove(rider)
+        if not queue:
+            del self._riders[rider.task]
+        return True
+
     async def batch(
-        self, what: str, build: Callable[[Any], object], *, riders: list[_Rider] | None = None
+        self, what: str, build: Callable[[Any], object], *, task: _Task = _THIS_TASK
     ) -> list[Any]:
-        """One pipeline (one round trip per node), carrying the task's waiting riders (or
-        those of ``riders``). An attempt that failed in part (a node without the script, a
-        slot moving) sends again only the commands that failed, so a command is never
-        applied twice and every reply is its first application's."""
+        """One pipeline (one round trip per node), carrying the riders waiting in this task
+        (or in ``task``). An attempt that failed in part (a node without the script, a slot
+        moving) sends again only the commands that failed, so a command is never applied
+        twice and every reply is its first application's."""
         recorder = _Recorder()
         build(recorder)
         own = len(recorder.commands)
-        if riders is None:
-            waiting = _RIDERS.get()
-            riders = None if waiting is None else waiting.get(id(self))
-        taken = list(riders or ())
-        if riders:
-            riders.clear()
+        taken = self._riders.pop(asyncio.current_task() if task is _THIS_TASK else task, [])
         if not taken:
             return await self._send(what, recorder.commands)
         try:

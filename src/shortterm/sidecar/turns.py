@@ -73,17 +73,18 @@ class Pending(Protocol):
     def drop(self) -> None: ...
 
 
-class _Done:
-    """A step that needed no round trip."""
+class _Registered:
+    """An in-process turn, registered already; dropped, its slot goes."""
 
-    def __init__(self, value: Any = None) -> None:
-        self._value = value
+    def __init__(self, slots: OrderedDict[str, _Slot], turn_id: str) -> None:
+        self._slots = slots
+        self._turn_id = turn_id
 
-    async def result(self) -> Any:
-        return self._value
+    async def result(self) -> str:
+        return self._turn_id
 
     def drop(self) -> None:
-        return None
+        self._slots.pop(self._turn_id, None)
 
 
 class _Ended:
@@ -182,7 +183,7 @@ class TurnRegistry:
             self.evicted += 1
         turn_id = secrets.token_urlsafe(ID_BYTES)
         self._slots[turn_id] = _Slot(turn, now + self.ttl_s)
-        return _Done(turn_id)
+        return _Registered(self._slots, turn_id)
 
     def _slot(self, turn_id: str) -> _Slot:
         now = self._clock()
