@@ -6,14 +6,13 @@ plan with, see rules.py) and it carries it out: follow the journal once, fence, 
 It never calls back into a turn. Beside it: engine_forget.py (forgets), engine_settings.py
 (settings changes), hydration.py (the bulk load).
 
-Everything acknowledged is written through and awaited: when a method returns, its write is
-committed. A capture's own durable part (scope rows, counter step) may be buffered by the
-write-behind (SQLite under the in-process tier), which is committed with or before every
-acknowledged write, and before every forget and durable read. Reads hit the hot tier; a miss
-reads through the durable tier unless the hot tier knows it is complete. Every forget, settings
-change and distilled write is journaled; before a call returns, the process applies what others
-journaled (a cheap check when nothing moved), and every write is fenced at the journal position
-it began at, so no write in flight undoes a forget (docs/design.md, "Forgetting").
+Everything acknowledged is committed when its method returns; a capture's own durable part
+may be buffered by the write-behind (SQLite under the in-process tier), committed before every
+acknowledged write, forget and durable read. Reads hit the hot tier; a miss reads through the
+durable tier unless the hot tier knows it is complete. Every forget, settings change and
+distilled write is journaled; a call first applies what others journaled, and every write is
+fenced at the journal position it began at, so no write in flight undoes a forget
+(docs/design.md, "Forgetting").
 """
 
 from __future__ import annotations
@@ -211,13 +210,9 @@ class Engine:
 
     # -- reads ----------------------------------------------------------------------------
 
-    async def get(self, key: ScopeKey, *, followed: bool = False) -> Entry | None:
-        """What ``key`` remembers now (``followed``: the caller followed the journal already
-        during this call, as a context build does first)."""
-        return (await self.live(key, followed=followed))[0]
-
     async def live(self, key: ScopeKey, *, followed: bool = False) -> tuple[Entry | None, int]:
-        """What ``key`` remembers now, and its cadence counter (0 when none is kept)."""
+        """What ``key`` remembers now, and its cadence counter (0 when none is kept);
+        ``followed``: the caller followed the journal already during this call."""
         if not followed:
             await self.journal.follow()
         now = self.clock()
@@ -416,15 +411,11 @@ class Engine:
         fence: WriteFence,
         committed: Callable[[list[ScopeRow]], None] | None = None,
     ) -> list[ScopeRow]:
-        """The one distilled write (tool call, admin edit): all scopes in one fenced durable
-        transaction, journaled for other processes, then mirrored in the hot tier. Returns
-        the rows written (fewer than ``scopes`` when a forget overtook the write);
-        ``committed`` learns them between the commit and the mirror.
-
-        A failure that leaves the outcome unknown (the connection dropped mid-commit) raises
-        ``StoreUnavailable`` with ``maybe_applied``; the scopes are then dropped from the hot
-        tier and read through on their next use, so neither tier is believed over the other.
-        """
+        """The one distilled write (tool call, admin edit): all scopes in one fenced, journaled
+        durable transaction, then mirrored in the hot tier. Returns the rows written (fewer
+        when a forget overtook it); ``committed`` learns them between commit and mirror. An
+        unknown outcome (a connection dropped mid-commit) raises ``StoreUnavailable`` with
+        ``maybe_applied``, and the scopes are read through on their next use."""
         wb = self.write_behind
         if wb is not None:
             wb.note_private(k for k, meta in scopes if meta and meta.private)

@@ -250,7 +250,7 @@ class Memory(ClosedOnExit):
         """What ``key`` remembers now, or ``None`` when nothing is live."""
         if not isinstance(key, ScopeKey):
             raise InvalidInput("key", key, "a shortterm.ScopeKey")
-        return await self._engine.get(key)
+        return (await self._engine.live(key))[0]
 
     read_through = _on_engine(Engine.read_through)
     owner_entries = _on_engine(Engine.owner_entries)
