@@ -227,3 +227,17 @@ async def test_a_shared_turn_keeps_any_text_it_was_given(shared_app: httpx.Async
     call = await shared_app.post(f"/v1/turns/{turn_id}/tool-calls", json=summary("kept"))
     assert call.json()["ok"] is True
     assert (await shared_app.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE)).is_success
+
+
+async def test_a_refused_tool_call_leaves_the_guard_to_the_next(
+    shared_app: httpx.AsyncClient,
+) -> None:
+    # The turn read takes the guard; a call refused before it wrote gives it back.
+    turn_id = await start(shared_app)
+    path = f"/v1/turns/{turn_id}/tool-calls"
+    for refused in (OTHER, {"name": TOOL, "arguments": {"summary": 5}}):
+        answer = (await shared_app.post(path, json=refused)).json()
+        assert answer["ok"] is False and answer["message"] != texts.IN_FLIGHT
+    assert (await shared_app.post(path, json=summary("kept"))).json()["ok"] is True
+    again = (await shared_app.post(path, json=summary("twice"))).json()
+    assert again == {"ok": False, "message": texts.ALREADY}
