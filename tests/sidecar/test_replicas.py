@@ -15,7 +15,9 @@ import pytest
 
 import shortterm
 from shortterm.cache.redis_layout import DEFAULT_GROUPS, Layout
+from shortterm.memory.turn import Turn
 from shortterm.model.config import Config
+from shortterm.model.errors import StoreUnavailable
 from shortterm.sidecar import SidecarSettings, create_app
 from shortterm.sidecar.turns import RedisTurnRegistry
 from shortterm.tool import texts
@@ -241,3 +243,23 @@ async def test_a_refused_tool_call_leaves_the_guard_to_the_next(
     assert (await shared_app.post(path, json=summary("kept"))).json()["ok"] is True
     again = (await shared_app.post(path, json=summary("twice"))).json()
     assert again == {"ok": False, "message": texts.ALREADY}
+
+
+async def test_a_capture_that_failed_before_its_write_can_be_retried(
+    shared_app: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn_id = await start(shared_app)
+    capture = Turn.capture
+    failures = [StoreUnavailable("the durable tier is down")]
+
+    async def failing_once(self: Turn, *args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        await capture(self, *args, **kwargs)
+
+    monkeypatch.setattr(Turn, "capture", failing_once)
+    path = f"/v1/turns/{turn_id}/capture"
+    assert (await shared_app.post(path, json=CAPTURE)).status_code == 503
+    # Its end never went out and the claim was given back: the retry captures and ends it.
+    assert (await shared_app.post(path, json=CAPTURE)).status_code == 204
+    assert (await shared_app.post(path, json=CAPTURE)).status_code == 404
