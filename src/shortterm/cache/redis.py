@@ -179,16 +179,7 @@ class RedisCache:
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, key: ScopeKey, now: float) -> Entry | None:
-        name = member(key)
-        record = self.layout.record(key, name)
-        meta_raw, d_raw, m_raw = await self._calls.call(
-            "read", lambda: self.client.hmget(record, ["meta", "d", "m"])
-        )
-        entry = None
-        if meta_raw is not None:
-            entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
-        self._counts["hits" if entry is not None else "misses"] += 1
-        return entry
+        return (await self.live(key, now))[0]
 
     @property
     def _ttls(self) -> tuple[float, float]:

@@ -28,9 +28,10 @@ __all__ = ["REFRESH_S", "Directories", "Listed", "OwnerRead"]
 
 REFRESH_S = 60.0
 _OWNERS_KEPT = 4096  # owners this process keeps a listing of; the least recently used go
-# A directory lists a key before its record may exist (both are written in one pipeline, to
-# different slots): a listed key without a record is pruned only once older.
-_PRUNE_GRACE_S = 60.0
+# A listed key without a record is pruned only once its listing is older than this: its write
+# may still be on its way (record and listing go in one pipeline, to different slots), and a
+# process renews a listing only every REFRESH_S, so a live key's listing may be that old.
+_PRUNE_GRACE_S = REFRESH_S
 _FIELDS = ("meta", "d", "m")  # what an owner read takes of a record
 
 Owner = tuple[str, str]  # (kind, owner id)

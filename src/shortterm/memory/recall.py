@@ -284,8 +284,11 @@ async def build_context(
     live_key = rules.live_scope(recall.snap, args.persona_id)
     live: Entry | None = None
     if personal or live_key.kind == "server":
-        # The owner read usually returned it already: no second read of the same record.
-        live = next((e for e in candidates if e.key == live_key), None)
+        if engine.tiers.cache.shared:
+            # The owner read usually returned it already: a second read of the same record
+            # would be another round trip (a private tier's read is a dict lookup instead).
+            kt = live_key.astuple
+            live = next((e for e in candidates if e.key.astuple == kt), None)
         if live is not None:
             counter = live.turns_since_refresh
         else:

@@ -163,7 +163,7 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
             # went out with a pipeline whose capture then failed: the next turn's capture
             # carries the same dialogue).
             ending.drop()
-            await turns.end_capture(turn_id, captured=False)
+            await turns.give_back_capture(turn_id)
             raise
         await ending.result()
         return Response(status_code=204)

@@ -73,32 +73,23 @@ class Pending(Protocol):
     def drop(self) -> None: ...
 
 
-class _Registered:
-    """An in-process turn, registered already; dropped, its slot goes."""
+class _Local:
+    """An in-process registry step, done at once: a turn's registration (its id; dropped, the
+    slot goes) or, with ``ending``, its end (the slot goes when the capture returned)."""
 
-    def __init__(self, slots: OrderedDict[str, _Slot], turn_id: str) -> None:
+    def __init__(self, slots: OrderedDict[str, _Slot], turn_id: str, *, ending: bool) -> None:
         self._slots = slots
         self._turn_id = turn_id
+        self._ending = ending
 
     async def result(self) -> str:
+        if self._ending:
+            self._slots.pop(self._turn_id, None)
         return self._turn_id
 
     def drop(self) -> None:
-        self._slots.pop(self._turn_id, None)
-
-
-class _Ended:
-    """An in-process turn's end: its slot goes when the capture returned."""
-
-    def __init__(self, slots: OrderedDict[str, _Slot], turn_id: str) -> None:
-        self._slots = slots
-        self._turn_id = turn_id
-
-    async def result(self) -> None:
-        self._slots.pop(self._turn_id, None)
-
-    def drop(self) -> None:
-        return None
+        if not self._ending:
+            self._slots.pop(self._turn_id, None)
 
 
 class Turns(Protocol):
@@ -131,9 +122,8 @@ class Turns(Protocol):
         pipeline); :meth:`Pending.drop` it when the capture failed."""
         ...
 
-    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
-        """Release the turn after a capture (``captured``), or give the claim back so the
-        capture can be retried."""
+    async def give_back_capture(self, turn_id: str) -> None:
+        """After a failed capture: give the claim back, so the capture can be retried."""
         ...
 
 
@@ -183,7 +173,7 @@ class TurnRegistry:
             self.evicted += 1
         turn_id = secrets.token_urlsafe(ID_BYTES)
         self._slots[turn_id] = _Slot(turn, now + self.ttl_s)
-        return _Registered(self._slots, turn_id)
+        return _Local(self._slots, turn_id, ending=False)
 
     def _slot(self, turn_id: str) -> _Slot:
         now = self._clock()
@@ -207,12 +197,9 @@ class TurnRegistry:
         return slot.turn
 
     def end_with_capture(self, turn_id: str) -> Pending:
-        return _Ended(self._slots, turn_id)
+        return _Local(self._slots, turn_id, ending=True)
 
-    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
-        if captured:
-            self._slots.pop(turn_id, None)
-            return
+    async def give_back_capture(self, turn_id: str) -> None:
         slot = self._slots.get(turn_id)
         if slot is not None:
             slot.capturing = False
@@ -344,9 +331,9 @@ class RedisTurnRegistry:
         key, index, _ = self._keys(turn_id)
         return self._cache.ride("turn end", _END, [key, index], [turn_id, "1"])
 
-    async def end_capture(self, turn_id: str, *, captured: bool) -> None:
+    async def give_back_capture(self, turn_id: str) -> None:
         key, index, _ = self._keys(turn_id)
-        await self._run("turn end", _END, [key, index], [turn_id, "1" if captured else "0"])
+        await self._run("turn end", _END, [key, index], [turn_id, "0"])
 
 
 class _Added:

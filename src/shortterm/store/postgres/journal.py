@@ -176,8 +176,9 @@ class JournalListener:
 
     async def _prove(self, conn: Conn) -> None:
         """A heartbeat: read the journal's end. Its answer proves every NOTIFY committed
-        before it was sent has arrived; comparing the end as well covers a notification lost
-        while the query ran (psycopg before 3.2.4 dropped those)."""
+        before it was sent has arrived; a moved end is announced as well (belt and braces: a
+        psycopg before 3.2.4, which the requirements exclude, dropped notifications that
+        arrived while a query ran), unless it ends on our own entry."""
         sent = _monotonic()
         row = await self._answer(conn, self._head_sql)
         head = None if row is None else int(row[0])
