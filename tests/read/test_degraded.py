@@ -38,9 +38,11 @@ class FlakyStore(SQLiteStore):
         self._check()
         return await super().server_settings_since(since)
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[JournalEntry]:
         self._check()
-        return await super().journal_since(seq, limit=limit)
+        return await super().journal_since(seq, limit=limit, forgets_only=forgets_only)
 
 
 async def test_an_outage_renders_what_the_hot_tier_holds(

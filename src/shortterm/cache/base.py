@@ -13,15 +13,32 @@ facade re-reads that owner from the durable tier.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
-from ..model.fence import WriteFence
+from ..model.fence import JournalEntry, WriteFence
 from ..model.rows import HydrationRow
 
-__all__ = ["HoldsScopes", "HotTier", "HydrationSink", "PrivateTier", "ScopeLister"]
+__all__ = [
+    "HoldsScopes",
+    "HotTier",
+    "HydrationSink",
+    "JournalReader",
+    "PrivateTier",
+    "ScopeLister",
+]
+
+
+class JournalReader(Protocol):
+    """What a shared tier's repair reads of the durable journal (every store has it)."""
+
+    async def journal_head(self) -> int: ...
+
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[JournalEntry]: ...
 
 
 class HotTier(Protocol):
@@ -87,14 +104,20 @@ class HotTier(Protocol):
 
     def journal_due(self, head: int) -> bool:
         """Whether the tier learned, in a round trip it made anyway, of something a process at
-        journal position ``head`` has not applied: a newer settings change, or a lost floor
-        (see :meth:`restore_floor`). Cheap and synchronous; always false for an unshared tier."""
+        journal position ``head`` has not applied, or must repair: a newer settings change, or
+        a part of the tier behind what the process knows was forgotten (see :meth:`repair`).
+        Cheap and synchronous; always false for an unshared tier."""
 
-    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
-        """A shared tier that may lose its data (and its tombstones) without notice keeps a
-        floor: the durable journal's end (``journal_head()``, read after the tier was found
-        empty) below which it refuses fenced writes. Sets it when missing, or reads it; returns
-        it, 0 when there is nothing to do. The process then follows the journal up to it."""
+    def followed(self, forgets: int) -> None:
+        """The newest forget (or settings change) this process's journal follower applied: a
+        shared tier serves nothing from a part of itself that has not applied it."""
+
+    async def repair(self, journal: JournalReader, now: float) -> int:
+        """A shared tier that may lose its data, or go back in time, without notice (Redis
+        restarted from a snapshot, a replica promoted) replays from the durable journal the
+        forgets it lost, up to what :meth:`followed` said, and resets a part that lost
+        everything (fencing every write that began before the journal's end). Returns the
+        journal position the process may stand on; 0 when there is nothing to do."""
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """A follower's purge of the user named by digest ``target``: their personal entries

@@ -11,7 +11,7 @@ import dataclasses
 import heapq
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..model.fence import (
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
+from .base import JournalReader
 from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
 from .inprocess_records import channel_keys as _channel_keys
 
@@ -201,7 +202,10 @@ class InProcessCache(RecordBook):
     def journal_due(self, head: int) -> bool:
         return False
 
-    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
+    def followed(self, forgets: int) -> None:
+        """Nothing to do: this process follows the journal into this tier itself."""
+
+    async def repair(self, journal: JournalReader, now: float) -> int:
         return 0
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:

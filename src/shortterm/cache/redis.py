@@ -6,7 +6,7 @@ connection, its bound and its errors in :mod:`.redis_client`, the record encodin
 :mod:`.redis_codec`, the Lua scripts in ``lua/``.
 
 Every change to a record runs as one Lua script in its group's slot, so its revision check
-(an older durable row never overwrites a newer one), the fence and floor checks, its index
+(an older durable row never overwrites a newer one), the fence and mark checks, its index
 updates and its group's totals are atomic with respect to every other process; a turn's
 capture (the scopes of one channel: one group) is one script, a batch of rows one pipeline.
 Every script declares the keys it names in ``KEYS`` (a cluster routes it by them, and refuses
@@ -25,13 +25,18 @@ Reads apply those times; ``sweep`` removes what they have passed. As a safety ne
 each key also gets a Redis TTL of its remaining life plus ``safety_margin_s`` (default one
 hour), computed relative to ``now``.
 
-**Losing its data.** Redis restarted without persistence, flushed, or failed over to an
-empty replica keeps no tombstones, while the durable journal keeps every forget. So every
-process sets, or reads, a *floor* in every group at start (:meth:`RedisCache.restore_floor`):
-the durable journal's end when the group's copy was first set. From then on its fenced writes
-to a group are refused (outcome ``-2``) when the group's copy is gone or above the write's
-position; the process then sets the floor again and catches its position up to it. A write
-refused that way is dropped, not retried: it was computed before what the floor stands for.
+**Losing its data, going back in time.** Redis restarted from an older snapshot (or with
+none), a replica promoted before it caught up, a flush: the durable journal keeps every
+forget, and each group keeps a *mark*, the journal position up to which it has applied every
+forget. Every reply carries it; a group short of what the process knows was forgotten serves
+nothing until the forgets it lost are replayed from the journal, and a group without a mark is
+reset before it takes a fenced write (:mod:`.redis_repair`). The replay and the mark's move are
+one script, so a group that goes back in time takes its mark back with what it lost.
+
+**Eviction.** A forget finds records through indexes; a Redis that evicts keys could drop an
+index and keep its records. The tier refuses to open on a Redis whose ``maxmemory-policy`` is
+not ``noeviction`` (:meth:`RedisCache.check_eviction`); a full Redis refuses new data, never a
+forget (those scripts run ``allow-oom``).
 
 **Settings.** A settings change is copied to every group's ``sv`` before its call returns,
 and every owner read returns group 0's copy: a reader whose journal position is older follows
@@ -39,8 +44,7 @@ the journal before it renders (see ``memory.recall``), with no round trip of its
 
 **Completeness.** A shared Redis cannot prove it holds every durable row, so ``complete`` is
 always false, and an owner counts as complete only while a marker set by ``mark_complete``
-exists (``owner_complete_ttl_s``, default 300 s). Run Redis with ``maxmemory-policy
-noeviction`` (or a ``volatile-*`` policy with enough memory) to keep lost keys theoretical.
+exists (``owner_complete_ttl_s``, default 300 s).
 ``stats()`` is synchronous: its ``entries`` and ``bytes`` add up each group's totals as of
 this process's last call there.
 """
@@ -50,7 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, cast
@@ -59,9 +63,10 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.config import Config
-from ..model.errors import StoreUnavailable
+from ..model.errors import ConfigError, StoreUnavailable
 from ..model.fence import WriteFence
-from . import redis_forget
+from . import redis_forget, redis_repair
+from .base import JournalReader
 from .redis_client import Calls, Client, failure_bound_s, open_url
 from .redis_codec import Views, key_of, member
 from .redis_directory import Directories, Listed
@@ -105,10 +110,8 @@ class RedisCache:
         self._calls = Calls(call_timeout_s)
         self._g = Groups(client, self.layout, self._calls)
         self._writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
-        # The floor (see restore_floor): `_writes.floor_required` is '1' once this process set
-        # or read it, so its writes require it; `_floor_lost` until then, and when a write
-        # found it gone or above its position.
-        self._floor_lost = True
+        self._marks = self._g.marks  # each group's mark, as replies carry it (redis_marks)
+        self._eviction_checked = False
         self._token = uuid.uuid4().hex
         self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
         lifetime = max(crude_ttl_s, summary_ttl_s) + safety_margin_s
@@ -186,16 +189,24 @@ class RedisCache:
         return self.crude_ttl_s, self.summary_ttl_s
 
     async def counter(self, key: ScopeKey, now: float) -> int | None:
-        record = self.layout.record(key, member(key))
-        d_raw, exp = await self._calls.call("read", lambda: self.client.hmget(record, ["d", "exp"]))
+        d_raw, exp = await self._read(key, ("d", "exp"))
         return _counter(d_raw, exp, now)
+
+    async def _read(self, key: ScopeKey, fields: Sequence[str]) -> list[Any]:
+        """One record's fields with its group's mark (one round trip); all ``None`` when the
+        group is short of what this process knows was forgotten (it is repaired first)."""
+        group = self.layout.key_group(key)
+        record, mark = self.layout.record(key, member(key)), self.layout.base(group) + "fm"
+        values, raw = await self._g.batch(
+            "read", lambda pipe: (pipe.hmget(record, list(fields)), pipe.get(mark))
+        )
+        if not self._marks.seen(group, raw):
+            return [None] * len(fields)
+        return cast(list[Any], values)
 
     async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
         name = member(key)
-        record = self.layout.record(key, name)
-        meta_raw, d_raw, m_raw, exp = await self._calls.call(
-            "read", lambda: self.client.hmget(record, ["meta", "d", "m", "exp"])
-        )
+        meta_raw, d_raw, m_raw, exp = await self._read(key, ("meta", "d", "m", "exp"))
         entry = None
         if meta_raw is not None:
             entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
@@ -206,7 +217,7 @@ class RedisCache:
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
         """Through the owner directory (see :mod:`.redis_directory`): usually one round trip."""
-        read = await self._directories.read(kind, owner_id, now)
+        read = await self._directories.read(kind, owner_id, now, self._marks)
         self._settings_seen = max(self._settings_seen, read.settings_seen)
         self._counts["hits"] += len(read.entries)
         return read.entries, read.marked
@@ -261,7 +272,7 @@ class RedisCache:
     ) -> list[int]:
         """Every scope of a group in one script call, every group (a turn has one) and the
         owner directories in one pipeline: 1 written, 0 older than the cached row, -1 refused
-        by the fence, -2 refused by the floor, per scope in order."""
+        by the fence, -2 refused for the group's mark, per scope in order."""
         by_group: dict[int, list[int]] = {}
         for i, (key, _, _) in enumerate(scopes):
             by_group.setdefault(self.layout.key_group(key), []).append(i)
@@ -283,7 +294,7 @@ class RedisCache:
                 outcomes[i] = int(outcome)
         refused = len(outcomes) - outcomes.count(1) - outcomes.count(0)
         if -2 in outcomes:
-            self._floor_lost = True
+            self._marks.due = True  # the group cannot vouch for the write: repair, follow
         self._counts["fenced"] += refused
         self._counts["stores"] += len(outcomes) - refused
         return outcomes
@@ -305,9 +316,9 @@ class RedisCache:
         self._directories.noted(listed, now)
         for row, reply in zip(rows, replies, strict=False):
             if self._g.total(self.layout.key_group(row.key), reply) == -2:
-                self._floor_lost = True
+                self._marks.due = True
 
-    # -- the fence and the floor ----------------------------------------------------------
+    # -- the fence and the mark ----------------------------------------------------------
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:
         await self._record(seq, targets, now, "")
@@ -324,32 +335,54 @@ class RedisCache:
         await redis_forget.record(self._g, seq, targets, now, kind)
 
     def journal_due(self, head: int) -> bool:
-        """Whether this process must follow the journal before its next step: a write found
-        the floor gone or above its position, or an owner read returned a settings change
-        newer than ``head``."""
-        return self._floor_lost or self._settings_seen > head
+        """Whether this process must repair the tier or follow the journal before its next
+        step: a reply showed a group short of what it knows was forgotten (or a write was
+        refused for it), or an owner read returned a settings change newer than ``head``."""
+        return self._marks.due or self._settings_seen > head
 
-    async def restore_floor(self, journal_head: Callable[[], Awaitable[int]]) -> int:
-        """Set the floor in every group where it is missing, or read it; returns the highest
-        (0 when nothing is to be done). The claims come first and the durable journal's end
-        is read after them, so a loss of data between the two takes the claim with it and we
-        start again: a floor is never a journal end read before the data was lost. Called at
-        start and after a write found the floor lost.
+    def followed(self, forgets: int) -> None:
+        self._marks.known = max(self._marks.known, forgets)
 
-        A Redis that does not answer is not an error here: the floor stays to be set, at the
-        next call that follows the journal (this process's writes fail on their own)."""
-        if not self._floor_lost:
-            return 0
+    async def repair(self, journal: JournalReader, now: float) -> int:
+        """See :mod:`.redis_repair`; the first call also checks the eviction policy. A Redis
+        that does not answer is not an error here: the repair is tried again at the next
+        call that follows the journal (this process's reads and writes fail on their own)."""
         try:
-            floor = await redis_forget.set_floors(self._g, self._token, journal_head)
+            if not self._eviction_checked:
+                await self.check_eviction()
+            return await redis_repair.repair(self._g, journal, self._token, now)
         except StoreUnavailable as exc:
-            log.warning("shortterm Redis floor not set (tried again at the next call): %s", exc)
+            self._marks.due = True
+            log.warning("shortterm Redis not repaired (tried again at the next call): %s", exc)
             return 0
-        if floor is None:
-            log.warning("shortterm Redis floor not set: another process held its claim throughout")
-            return 0
-        self._writes.floor_required, self._floor_lost = "1", False
-        return floor
+
+    async def check_eviction(self) -> None:
+        """Refuse a Redis that may evict our keys: a forget finds records through indexes,
+        and an index evicted before its records would let them outlive the forget. A server
+        that does not let us read its configuration (a managed one may not) is warned about."""
+        try:
+            policies = await self._calls.call(
+                "eviction policy", lambda: self.client.config_get("maxmemory-policy")
+            )
+        except StoreUnavailable as exc:
+            if "unknown command" in str(exc).lower() or "noperm" in str(exc).lower():
+                log.warning(
+                    "shortterm could not read Redis's maxmemory-policy (%s): it must be "
+                    "noeviction, or a forget may miss what Redis evicted",
+                    exc,
+                )
+                self._eviction_checked = True
+                return
+            raise
+        found = set(_policies(policies))
+        if found - {"noeviction"}:
+            raise ConfigError(
+                f"Redis maxmemory-policy is {', '.join(sorted(found))}: it may evict the "
+                "indexes a forget finds records through, so a forgotten record could stay. "
+                "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, "
+                "and in redis.conf); a full Redis then refuses new data, never a forget"
+            )
+        self._eviction_checked = True
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """Nothing to do: the process that purged the user already did it here."""
@@ -441,6 +474,16 @@ class RedisCache:
         self._calls.closed = True
         if self._owns_client:
             await self.client.aclose()
+
+
+def _policies(reply: Any) -> list[str]:
+    """``maxmemory-policy`` from CONFIG GET's reply: one node's dict, or a cluster's dict of
+    them per node."""
+    if isinstance(reply, dict):
+        if "maxmemory-policy" in reply:
+            return [str(reply["maxmemory-policy"])]
+        return [p for value in reply.values() for p in _policies(value)]
+    return []
 
 
 def _counter(d_raw: str | None, exp: str | None, now: float) -> int | None:

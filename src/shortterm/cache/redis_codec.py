@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
+from ..model.fence import user_target
 
 __all__ = [
     "Views",
@@ -83,7 +84,9 @@ def authors(messages: Sequence[Message]) -> list[str]:
 
 
 def authors_json(messages: Sequence[Message]) -> str:
-    return dumps(authors(messages))
+    """A record's ``au``: its authors' digests (``user_target``), in the order of their ids;
+    the author indexes are named by them, so a purge known only by digest finds them."""
+    return dumps([user_target(a) for a in authors(messages)])
 
 
 def decode_messages(raw: list[Any]) -> tuple[Message, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..model import Entry, ScopeKey, ScopeKind
 from .redis_codec import Views, key_of, member
+from .redis_marks import Marks
 from .redis_scripts import Groups
 
 __all__ = ["REFRESH_S", "Directories", "Listed", "OwnerRead"]
@@ -129,38 +130,58 @@ class Directories:
         delete, the next write lists its key again."""
         self._listings.drop(owner)
 
-    async def read(self, kind: ScopeKind, owner_id: str, now: float) -> OwnerRead:
+    async def read(self, kind: ScopeKind, owner_id: str, now: float, marks: Marks) -> OwnerRead:
         """The owner's directory (and marker, and the settings change) with the records it
         listed last time, in one round trip; the records of keys it lists anew, in a second.
         Only what the directory lists now is returned: a record it no longer lists is not.
-        A listed key whose record is gone (and older than the grace) is pruned."""
+        A listed key whose record is gone (and older than the grace) is pruned. Each group
+        read gives its mark too: records of a group short of what this process knows was
+        forgotten are not returned (``marks`` notes it, and the group is repaired)."""
         g, layout = self._g, self._g.layout
         directory = layout.directory(kind, owner_id)
         owner = (kind, owner_id)
         known = self._listings.known(owner)
+        keys = {name: key_of(name) for name in known}
+        group_of = {name: layout.key_group(key) for name, key in keys.items()}
         record = layout.record
+
+        def records(pipe: Any, names: Sequence[str], groups: Sequence[int]) -> None:
+            for name in names:
+                pipe.hmget(record(keys[name], name), _FIELDS)
+            for group in groups:
+                pipe.get(layout.base(group) + "fm")
+
+        early_groups = sorted(set(group_of.values()))
 
         def head(pipe: Any) -> None:
             pipe.zrange(directory, 0, -1, withscores=True)
             pipe.exists(layout.marker(kind, owner_id))
             pipe.get(layout.base(0) + "sv")
-            for name in known:
-                pipe.hmget(record(key_of(name), name), _FIELDS)
+            records(pipe, known, early_groups)
 
         listed, marked, seen_raw, *early = await g.batch("owner read", head)
-        fields_of = dict(zip(known, early, strict=True))
+        fields_of = dict(zip(known, early, strict=False))
+        vouched = {
+            group: marks.seen(group, raw)
+            for group, raw in zip(early_groups, early[len(known) :], strict=True)
+        }
         new = [name for name, _ in listed if name not in fields_of]
         if new:
-            late = await g.batch(
-                "owner read",
-                lambda pipe: [pipe.hmget(record(key_of(name), name), _FIELDS) for name in new],
-            )
-            fields_of.update(zip(new, late, strict=True))
+            for name in new:
+                keys[name] = key = key_of(name)
+                group_of[name] = layout.key_group(key)
+            late_groups = sorted({group_of[name] for name in new} - set(vouched))
+            late = await g.batch("owner read", lambda pipe: records(pipe, new, late_groups))
+            fields_of.update(zip(new, late, strict=False))
+            for group, raw in zip(late_groups, late[len(new) :], strict=True):
+                vouched[group] = marks.seen(group, raw)
         view = self._views.view
         out: list[Entry] = []
         gone: list[str] = []
         for name, score in listed:
             fields = fields_of[name]
+            if not vouched[group_of[name]]:
+                continue  # served once the group is repaired
             if fields[0] is None:
                 if float(score) < now - _PRUNE_GRACE_S:
                     gone.append(name)  # its record expired or was evicted

@@ -1,26 +1,24 @@
 """What the Redis hot tier does across its groups: the forget fence recorded in every group,
-the floor set in every group, and evictions that fan out (an owner, an author, the sweep).
+and evictions that fan out (an owner, an author, the sweep).
 
 Each is one pipeline of one script per group (one round trip per node); none is atomic across
 groups, and none needs to be: a write is checked, in its own script, against its own group's
-copy of the fence and floor, and ``docs/design.md`` ("Forgetting") says why that suffices.
+copy of the fence and mark, and ``docs/design.md`` ("Forgetting") says why that suffices.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
-from ..model.fence import JOURNAL_RETENTION_S
+from ..model.fence import JOURNAL_RETENTION_S, user_target
 from .redis_codec import authors_json, decode_messages, key_of, lua_float, messages_json
-from .redis_scripts import AUTHORED, DELETE_INDEX, FLOOR, RECORD_FORGET, REWRITE, SWEEP, Groups
+from .redis_scripts import AUTHORED, DELETE_INDEX, RECORD_FORGET, REWRITE, SWEEP, Groups
 
-__all__ = ["delete_indexes", "record", "scrub_author", "set_floors", "sweep"]
+__all__ = ["delete_indexes", "record", "scrub_author", "sweep"]
 
 SWEEP_BATCH = 500
-FLOOR_TRIES = 50  # 0.1 s apart: another process's claim is set within one round trip or expires
 
 
 async def record(g: Groups, seq: int, targets: Sequence[str], now: float, kind: str) -> None:
@@ -30,40 +28,11 @@ async def record(g: Groups, seq: int, targets: Sequence[str], now: float, kind: 
 
     def build(pipe: Any) -> None:
         for group in g.all:
-            base = g.layout.base(group)
-            keys = [base + "th", base + "tb", base + "tl", base + "sv"]
-            g.eval(pipe, RECORD_FORGET, keys, [base, *rest])
+            g.eval(pipe, RECORD_FORGET, g.declared(group), [g.layout.base(group), *rest])
 
-    await g.batch("forget record", build)
-
-
-async def _floors(g: Groups, groups: Sequence[int], token: str, head: str) -> list[str]:
-    def build(pipe: Any) -> None:
-        for group in groups:
-            base = g.layout.base(group)
-            g.eval(pipe, FLOOR, [base + "ep"], [base, token, head])
-
-    return [cast(str, got) for got in await g.batch("floor", build)]
-
-
-async def set_floors(
-    g: Groups, token: str, journal_head: Callable[[], Awaitable[int]]
-) -> int | None:
-    """Claim every group's floor (one pipeline), read the journal's end after the claims,
-    set it where we hold a claim; again until every group has a floor. Returns the highest,
-    ``None`` when another process held a claim throughout."""
-    groups = list(g.all)
-    for _try in range(FLOOR_TRIES):
-        got = await _floors(g, groups, token, "")
-        claimed = [group for group in groups if got[group] == "claimed"]
-        if claimed:
-            head = str(await journal_head())
-            for group, value in zip(claimed, await _floors(g, claimed, token, head), strict=True):
-                got[group] = value
-        if all(value not in ("", "busy", "claimed") for value in got):
-            return max(int(value) for value in got)
-        await asyncio.sleep(0.1)
-    return None
+    replies = await g.batch("forget record", build)
+    for group, reply in zip(g.all, replies, strict=True):
+        g.total(group, reply)
 
 
 async def delete_indexes(g: Groups, indexes: Sequence[tuple[int, str]], kind: str) -> int:
@@ -84,6 +53,7 @@ async def scrub_author(
     """Read every group's records listing the author (one pipeline), then rewrite each (a
     compare-and-set, another pipeline); returns how many changed."""
     groups = list(g.all)
+    target = user_target(author_id)
     changed = 0
     # A record a concurrent capture rewrote between our read and our write is read again;
     # one still listed after a few passes was captured anew after the scrub began.
@@ -91,7 +61,7 @@ async def scrub_author(
 
         def read(pipe: Any, groups: Sequence[int] = groups) -> None:
             for group in groups:
-                index = g.layout.author_index(group, author_id)
+                index = g.layout.author_index(group, target)
                 g.eval(pipe, AUTHORED, g.declared(group, index), [g.layout.base(group), index])
 
         found = await g.batch("scrub read", read)
@@ -141,6 +111,6 @@ async def sweep(g: Groups, now: float) -> int:
         replies = await g.batch("sweep", build)
         removed += sum(g.total(group, r) for group, r in zip(groups, replies, strict=True))
         groups = [
-            group for group, r in zip(groups, replies, strict=True) if int(r[3]) >= SWEEP_BATCH
+            group for group, r in zip(groups, replies, strict=True) if int(r[4]) >= SWEEP_BATCH
         ]
     return removed

@@ -5,18 +5,23 @@ hash tag, which Redis Cluster uses, alone, to choose the key's slot::
 
     P{g<k>}e:<key>               hash: one record (meta, mirrored durable values, messages, ...)
     P{g<k>}c:<channel>           set of the channel's keys
-    P{g<k>}o:<kind>:<owner>      sorted set of the owner's keys in this group, by last write
-    P{g<k>}a:<author>            set of this group's keys holding a message by that author
+    P{g<k>}o:server:<owner>      sorted set of a server's keys in this group, by last write
+    P{g<k>}o:u:<user target>     the same for a user, named by the user's digest
+    P{g<k>}a:<user target>       set of this group's keys holding a message by that author
     P{g<k>}x                     sorted set of the group's keys, scored by expiry (``sweep``)
     P{g<k>}n, P{g<k>}b           the group's entry and byte totals
     P{g<k>}tb, th, tl            the group's copy of the forget fence
-    P{g<k>}ep                    the group's copy of the floor
+    P{g<k>}fm                    the group's mark: the journal position up to which every
+                                 forget is applied here (``redis_repair``)
     P{g<k>}sv                    the group's copy of the newest settings change
     P{g<k>}moving                never written: see :meth:`Layout.fixed_keys`
     P{o:<kind>:<owner>}          the owner directory: every key of the owner, in any group
     P{o:<kind>:<owner>}c         "this owner was re-read from the durable tier" marker
     P{g<k>}t:<id>, P{g<k>}ts     the sidecar's shared turns of the group's channels, and
                                  their index by expiry (the id ends with ``.<k>``)
+
+A user's indexes are named by the digest the journal names them by (``user_target``), so a
+forget can be replayed from the journal into a group that lost it.
 
 A channel belongs to group ``k = crc32(channel) mod G`` (``G`` = the ``groups=`` URL option,
 16 by default), so a scope's record, its channel index and the fence it is checked against
@@ -32,6 +37,7 @@ import zlib
 
 from ..model import ScopeKey
 from ..model.errors import ConfigError
+from ..model.fence import user_target
 
 __all__ = ["DEFAULT_GROUPS", "Layout"]
 
@@ -69,7 +75,7 @@ class Layout:
 
     def fixed_keys(self, group: int) -> list[str]:
         """The group's keys a script may touch whatever it does (totals, expiry set, fence,
-        floor, settings), declared by every script of the group, and a key no one writes.
+        mark, settings), declared by every script of the group, and a key no one writes.
 
         That last one is what keeps a script whole while a cluster moves the group's slot:
         Redis runs a script only where every declared key is, and answers ``TRYAGAIN`` when
@@ -77,7 +83,7 @@ class Layout:
         missing, no script of the group runs until the slot has moved (the call is tried
         again within its bound), so none ever finds part of its records on the other node."""
         b = self._bases[group]
-        return [b + k for k in ("n", "b", "x", "th", "tb", "tl", "ep", "sv", "moving")]
+        return [b + k for k in ("n", "b", "x", "th", "tb", "tl", "fm", "sv", "moving")]
 
     def record(self, key: ScopeKey, member: str) -> str:
         return f"{self._bases[self.key_group(key)]}e:{member}"
@@ -86,10 +92,17 @@ class Layout:
         return f"{self._bases[self.group_of(channel_id)]}c:{channel_id}"
 
     def owner_index(self, group: int, kind: str, owner_id: str) -> str:
+        if kind == "user":
+            return self.user_index(group, user_target(owner_id))
         return f"{self._bases[group]}o:{kind}:{owner_id}"
 
-    def author_index(self, group: int, author_id: str) -> str:
-        return f"{self._bases[group]}a:{author_id}"
+    def user_index(self, group: int, target: str) -> str:
+        """A user's keys in the group, by the user's digest (``user_target``)."""
+        return f"{self._bases[group]}o:u:{target}"
+
+    def author_index(self, group: int, target: str) -> str:
+        """The group's keys holding a message by the user of digest ``target``."""
+        return f"{self._bases[group]}a:{target}"
 
     def directory(self, kind: str, owner_id: str) -> str:
         return f"{self.prefix}{{o:{kind}:{owner_id}}}"

@@ -3,7 +3,8 @@
 A script goes by its SHA (``EVALSHA``, no ``SCRIPT EXISTS`` first, also inside pipelines) and
 by its source after a server answered ``NOSCRIPT`` (it restarted or was flushed: ``EVAL``
 caches it again). Each starts with a ``#!lua`` shebang, so Redis (7 or later) checks every key
-it touches against the slot of the keys it declares.
+it touches against the slot of the keys it declares. What forgets and repairs run is flagged
+``allow-oom``: a full Redis (``noeviction``) refuses new data, never a forget.
 
 A call that depends on nothing another reads (a sidecar turn's registration, its end, the
 settle of its upgrade guard) can *ride* with the next pipeline the same task sends
@@ -22,6 +23,7 @@ from redis.exceptions import NoScriptError
 
 from .redis_client import BY_SOURCE, Calls, Client
 from .redis_layout import Layout
+from .redis_marks import Marks
 
 __all__ = ["Groups", "Ride", "Script"]
 
@@ -40,8 +42,9 @@ _SOURCES: dict[str, str] = {}  # every script's source by its SHA, to resend it 
 class Script:
     """A Lua script, run by its SHA and, after ``NOSCRIPT``, by its source."""
 
-    def __init__(self, source: str) -> None:
-        self.source = source if source.startswith("#!lua") else "#!lua\n" + source
+    def __init__(self, source: str, *, allow_oom: bool = False) -> None:
+        shebang = "#!lua flags=allow-oom\n" if allow_oom else "#!lua\n"
+        self.source = source if source.startswith("#!lua") else shebang + source
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         _SOURCES[self.sha] = self.source
 
@@ -110,19 +113,25 @@ def _nothing(pipe: Any) -> None:
     return None
 
 
-# Every one but RECORD_FORGET and FLOOR starts with the shared helpers of prelude.lua;
-# ARGV[1] is always the group's base (see redis_layout), and each file says what the rest of
-# its ARGV is and what it returns.
+# Each starts with the shared helpers of prelude.lua; ARGV[1] is always the group's base (see
+# redis_layout), and each file says what the rest of its ARGV is and what it returns.
 _PRELUDE = _lua("prelude")
-CAPTURE = Script(_PRELUDE + _lua("capture"))
-APPLY = Script(_PRELUDE + _lua("apply"))
-DELETE = Script(_PRELUDE + _lua("delete"))
-DELETE_INDEX = Script(_PRELUDE + _lua("delete_index"))
-SWEEP = Script(_PRELUDE + _lua("sweep"))
-AUTHORED = Script(_PRELUDE + _lua("authored"))
-REWRITE = Script(_PRELUDE + _lua("rewrite"))
-RECORD_FORGET = Script(_lua("record_forget"))
-FLOOR = Script(_lua("floor"))
+
+
+def _script(name: str, *, allow_oom: bool = False) -> Script:
+    return Script(_PRELUDE + _lua(name), allow_oom=allow_oom)
+
+
+CAPTURE = _script("capture")
+APPLY = _script("apply")
+DELETE = _script("delete", allow_oom=True)
+DELETE_INDEX = _script("delete_index", allow_oom=True)
+SWEEP = _script("sweep", allow_oom=True)
+AUTHORED = _script("authored", allow_oom=True)
+REWRITE = _script("rewrite", allow_oom=True)
+RECORD_FORGET = _script("record_forget", allow_oom=True)
+MARK = _script("mark", allow_oom=True)
+REPLAY = _script("replay", allow_oom=True)
 
 
 class Groups:
@@ -134,6 +143,7 @@ class Groups:
         self.layout = layout
         self.calls = calls
         self.totals = [(0, 0)] * layout.groups
+        self.marks = Marks(layout.groups)
         self._riders: dict[_Task, list[_Rider]] = {}  # per task, what no pipeline took yet
 
     @property
@@ -224,6 +234,7 @@ class Groups:
         return cast(list[Any], await self.calls.call(what, send))
 
     def total(self, group: int, reply: Sequence[Any]) -> int:
-        """Keep the group's totals from a script's reply; returns the reply's result."""
+        """Keep the group's totals and mark from a script's reply; returns its result."""
         self.totals[group] = (int(reply[1]), int(reply[2]))
+        self.marks.seen(group, reply[3])
         return int(reply[0])

@@ -26,7 +26,6 @@ class Writes:
     crude_ttl_s: float
     summary_ttl_s: float
     margin_ms: str
-    floor_required: str = ""  # '1' once the process set or read the floor
 
     def capture(
         self,
@@ -46,7 +45,6 @@ class Writes:
             self.margin_ms,
             "" if fence is None else str(fence.position),
             dumps(now),
-            self.floor_required,
             str(len(scopes)),
         ]
         keys = self.g.declared(group)
@@ -88,8 +86,8 @@ class Writes:
         targets_of = author_targets(named)
         number = {author: n for n, author in enumerate(named, 1)}
         args.append(str(len(named)))
-        for author in named:
-            args += [author, dumps(author), targets_of[author]]
+        for author in named:  # au holds digests, as authors_json writes them
+            args += [author, dumps(targets_of[author]), targets_of[author]]
         args.append(str(len(messages)))
         for m in messages:
             args.append(str(0 if m.author_id is None else number[m.author_id]))
@@ -123,7 +121,6 @@ class Writes:
             self.margin_ms,
             "" if fence is None else str(fence.position),
             targets,
-            self.floor_required,
         ]
         keys = self.g.declared(group, layout.record(key, name), owner_index, channel_index)
         self.g.eval(pipe, APPLY, keys, args)

@@ -4,7 +4,8 @@
 the live scopes whose cadence counter reached their server's ``refresh_cadence`` (the rule
 ``maintenance_due`` applies to a turn), asks an OpenAI-compatible chat endpoint for their new
 notes and writes them through the tool's own fenced path (``Memory.write_distilled``): the
-fence is taken before the scope is read, so a forget that lands while the model thinks wins.
+fence is taken before the scope is read, and the write carries the user target of every author
+it showed the model (and a DM's owner), so a forget that lands while the model thinks wins.
 
 It sends only what the read path would show in the scope's own channel: no private channel's
 scope (unless its server bypasses privacy), no message of a user with full privacy, nothing of
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..cache.base import ScopeLister
 from ..model import Entry, Message, Privacy, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
+from ..model.fence import user_target
 from ..prompt.distill import answer_arguments, distill_messages
 from ..prompt.render import category_labels
 from ..tool.arguments import Refused, parse_arguments
@@ -274,6 +276,15 @@ def shown_messages(memory: Memory, entry: Entry) -> list[Message]:
     ]
 
 
+def shown_authors(key: ScopeKey, messages: list[Message]) -> set[str]:
+    """The users whose words a distill of ``key`` shows the model: every author of
+    ``messages``, and a user scope's (a DM's) owner."""
+    out = {m.author_id for m in messages if m.author_id is not None}
+    if key.kind == "user":
+        out.add(key.owner_id)
+    return out
+
+
 async def _one(
     memory: Memory,
     key: ScopeKey,
@@ -308,6 +319,9 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
     messages = shown_messages(memory, entry)
     if not messages:
         return "no messages to distill"
+    # The write also carries every author it shows the model (and a DM's owner): a purge, a
+    # FULL or a PARTIAL of any of them landing while the model thinks refuses it.
+    fence = fence.covering(user_target(a) for a in shown_authors(key, messages))
     config = memory.config
     settings = memory.known_settings.server(entry.server_id)
     slugs = field_names(settings, config.max_categories)

@@ -55,6 +55,9 @@ class JournalFollower:
         self._unsure_forgets = unsure_forgets
         self._settle_forgets = settle_forgets
         self.head = 0
+        # The newest entry that is not a distilled write (a forget, a prune, a settings
+        # change): a shared hot tier serves nothing from a part that has not applied it.
+        self.forgets = 0
         self.behind = False  # a journal read failed: read it on the next call
         self.error = ""  # why the last journal read failed
         self.gaps = 0  # journal gaps met: times the private hot tier was dropped and reloaded
@@ -63,9 +66,11 @@ class JournalFollower:
     async def start(self) -> None:
         """Take the journal's current end as our position, and the current state as seen."""
         store = self._tiers.store
-        # A shared hot tier's floor first: our position is then at or above it.
-        await self._tiers.cache.restore_floor(store.journal_head)
         self.head = await store.journal_head()
+        # Not knowing which entries were forgets, take them all as such: a shared hot tier
+        # then replays into every part short of our position what it lost (see repair).
+        self._forgot(self.head)
+        self.head = max(self.head, await self._tiers.cache.repair(store, self._clock()))
         store.journal_moved()
 
     async def follow(self) -> bool:
@@ -91,14 +96,20 @@ class JournalFollower:
 
     async def follow_shared(self) -> None:
         """:meth:`catch_up`, after what a shared hot tier reported (``HotTier.journal_due``):
-        its floor set again if it lost its data, and our position brought up to that floor
-        and past any newer settings change its reads returned. A read may call it mid-call."""
+        the tier repaired where it is short of what we know was forgotten (or reset where it
+        lost everything), and our position brought up to its marks and past any newer
+        settings change its reads returned. A read may call it mid-call."""
         tiers = self._tiers
-        floor = await tiers.cache.restore_floor(tiers.store.journal_head)
+        mark = await tiers.cache.repair(tiers.store, self._clock())
         await self.catch_up()
-        # Every entry up to the floor was committed when it was set, and catch_up applied
-        # those still kept: the position may stand on the floor even if its entry is gone.
-        self.head = max(self.head, floor)
+        # Every entry up to a mark was committed when it was set, and catch_up applied
+        # those still kept: the position may stand on the mark even if its entry is gone.
+        self.head = max(self.head, mark)
+
+    def _forgot(self, seq: int) -> None:
+        if seq > self.forgets:
+            self.forgets = seq
+            self._tiers.cache.followed(seq)
 
     def _failed(self, exc: StoreUnavailable) -> None:
         self.error = str(exc)
@@ -154,6 +165,8 @@ class JournalFollower:
             now = self._clock()
             reload = False
             for entry in entries:
+                if entry.kind != "edit":
+                    self._forgot(entry.seq)
                 if entry.kind == "pruned":
                     gap |= _missed(entry, self.head)
                 elif entry.seq != own:
@@ -222,12 +235,20 @@ class JournalFollower:
         self._known.replace(servers, users)
 
     async def caught_up_to(self, seq: int) -> None:
-        """After our own journal entry ``seq``: read the journal up to it, so entries other
-        processes wrote before it are applied too and our position can pass it."""
+        """After our own forget or settings change ``seq``: read the journal up to it, so
+        entries other processes wrote before it are applied too and our position can pass
+        it; then a shared hot tier moves its marks past it (replaying it, and any other
+        forget a part of it is short of, in one step per part with the mark's move)."""
         if self.head == seq - 1:
             self.head = seq  # no other entry can lie between: nothing else to apply
         elif self.head < seq:
             await self.catch_up(own=seq)
+        self._forgot(seq)
+        tiers = self._tiers
+        if tiers.cache.shared:
+            # The forget is applied already: a tier that fails here only keeps its marks
+            # short, so its readers repair it (see repair) before they serve from it.
+            await tiers.cache.repair(tiers.store, self._clock())
 
 
 def _missed(entry: JournalEntry, head: int) -> bool:

@@ -31,6 +31,7 @@ __all__ = [
     "JournalKind",
     "WriteFence",
     "channel_target",
+    "fence_targets",
     "private_target",
     "scope_targets",
     "server_channel_target",
@@ -90,10 +91,12 @@ def scope_targets(
     server_id: str | None,
     parent_channel_id: str | None,
     triggerer: str | None,
+    extra: Iterable[str] = (),
 ) -> tuple[str, ...]:
     """The targets a write of ``key`` touches: its channel, its owner (a user scope) or its
-    exact key (a server scope), the channel and its thread parent turning private, and the
-    user whose turn wrote it (a purge of the triggerer drops the whole capture)."""
+    exact key (a server scope), the channel and its thread parent turning private, the user
+    whose turn wrote it (a purge of the triggerer drops the whole capture), and ``extra``
+    (a fence's :attr:`WriteFence.extra_targets`: the distiller's authors)."""
     kind, owner, channel, persona = key.astuple
     out = [channel_target(channel)]
     if kind == "user":
@@ -106,7 +109,18 @@ def scope_targets(
             out.append(private_target(server_id, parent_channel_id))
     if triggerer is not None and not (kind == "user" and owner == triggerer):
         out.append(user_target(triggerer))
+    for t in extra:
+        if t not in out:
+            out.append(t)
     return tuple(out)
+
+
+def fence_targets(
+    key: ScopeKey, server_id: str | None, parent_channel_id: str | None, fence: WriteFence
+) -> tuple[str, ...]:
+    """:func:`scope_targets` of a write carrying ``fence``: its triggerer and its extra
+    targets included."""
+    return scope_targets(key, server_id, parent_channel_id, fence.triggerer, fence.extra_targets)
 
 
 def author_targets(author_ids: Iterable[str]) -> dict[str, str]:
@@ -117,11 +131,22 @@ def author_targets(author_ids: Iterable[str]) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class WriteFence:
     """Where a write began: the journal position its process had applied, and the user whose
-    turn it is (``None`` for an admin edit or an import)."""
+    turn it is (``None`` for an admin edit or an import). ``extra_targets``: more targets
+    every scope of the write carries, beyond what :func:`scope_targets` derives from the key
+    (the distiller's: the user target of every author whose words it showed the model)."""
 
     position: int
     triggerer: str | None = None
     store_down: bool = False  # the journal could not be read as the write began
+    extra_targets: tuple[str, ...] = ()
+
+    def covering(self, targets: Iterable[str]) -> WriteFence:
+        """This fence, its write also carrying ``targets`` (same position: a forget of any
+        of them journaled after the write began refuses it)."""
+        more = tuple(sorted(set(targets).difference(self.extra_targets)))
+        if not more:
+            return self
+        return WriteFence(self.position, self.triggerer, self.store_down, self.extra_targets + more)
 
 
 @dataclass(frozen=True, slots=True)

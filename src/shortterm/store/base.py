@@ -209,9 +209,12 @@ class Store(Protocol):
         """Cheap, no I/O worth counting: False only when no other process can have journaled
         anything since the last call (True when the backend cannot tell)."""
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[JournalEntry]:
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[JournalEntry]:
         """Journal entries with a sequence number above ``seq``, oldest first (ascending
-        ``seq``), at most ``limit``; empty when there are none."""
+        ``seq``), at most ``limit``; empty when there are none. ``forgets_only``: without the
+        distilled writes (``edit``), as a shared hot tier's repair reads them."""
 
     async def journal_head(self) -> int:
         """The newest journal sequence number (0 for none)."""

@@ -87,7 +87,7 @@ class ReferenceStore:
             return False  # nothing was journaled after the write began
         server_id = meta.server_id if meta is not None else _server_of(key)
         parent = meta.parent_channel_id if meta is not None else None
-        targets = fencing.scope_targets(key, server_id, parent, fence.triggerer)
+        targets = fencing.fence_targets(key, server_id, parent, fence)
         return any(self._fence.get(t, 0) > fence.position for t in targets)
 
     async def migrate(self) -> list[str]:
@@ -300,9 +300,14 @@ class ReferenceStore:
     def journal_moved(self) -> bool:
         return False  # one process owns this store: it journals nothing it does not know
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[fencing.JournalEntry]:
         start = bisect.bisect_right([e.seq for e in self._journal], seq)
-        return self._journal[start : start + limit]
+        entries = self._journal[start:]
+        if forgets_only:
+            entries = [e for e in entries if e.kind != "edit"]
+        return entries[:limit]
 
     async def journal_head(self) -> int:
         return self._journal[-1].seq if self._journal else 0
@@ -323,8 +328,8 @@ class ReferenceStore:
 
     async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         self._users[user_id] = (settings, now)
-        full = settings.privacy is Privacy.FULL
-        return self._append("user_settings", [], [fencing.user_target(user_id)] if full else [])
+        narrowed = settings.privacy is not Privacy.NONE  # PARTIAL too: a fence row
+        return self._append("user_settings", [], [fencing.user_target(user_id)] if narrowed else [])
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         return {uid: s for uid, (s, at) in self._users.items() if at >= since}

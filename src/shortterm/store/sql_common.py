@@ -116,6 +116,7 @@ class Statements:
     delete_key: str
     janitor: str
     journal_since: str
+    forgets_since: str  # journal_since without the distilled writes ("edit")
     journal_head: str
     private_keys: str
 
@@ -140,6 +141,10 @@ class Statements:
             journal_since=(
                 f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
                 f"ORDER BY seq LIMIT {mark}"
+            ),
+            forgets_since=(
+                f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
+                f"AND kind <> 'edit' ORDER BY seq LIMIT {mark}"
             ),
             journal_head=f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
             private_keys=(

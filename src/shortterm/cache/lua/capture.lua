@@ -1,18 +1,18 @@
 -- Every scope of one turn's capture, in one atomic call. ARGV: P, now, message expiry (also
--- the fallback expiry), margin_ms, fence position ('' = none), capture time as JSON, floor
--- required ('1' or ''), scope count; then per scope: member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets,
+-- the fallback expiry), margin_ms, fence position ('' = none), capture time as JSON, scope
+-- count; then per scope: member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets,
 -- author count A, A x (author, author as JSON, author target), message count M, M x (author
 -- number: 1..A, 0 = none; message as JSON), authors sorted as Python sorts them.
--- Returns the number applied, the totals, then each scope's outcome: 1 written, 0 ignored (a
+-- Returns the number applied, the totals and mark, then each scope's outcome: 1 written, 0 ignored (a
 -- newer write of the scope already landed), -1 refused (a later forget covers the scope), -2
--- refused (every scope: the floor is gone or above the fence position).
+-- refused (every scope: the group cannot vouch for the write, see ``unvouched``).
 -- Messages of authors purged since the write began are dropped from their scope, and the rest
 -- is written: the same result as dropping them and calling again, without the second call.
 local now, mexp, margin = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local pos, at = ARGV[5], ARGV[6]
-if below_floor(ARGV[7], pos) then
+if unvouched(pos) then
   local t = totals(0)
-  for _ = 1, tonumber(ARGV[8]) do table.insert(t, -2) end
+  for _ = 1, tonumber(ARGV[7]) do table.insert(t, -2) end
   return t
 end
 -- Was any forget recorded after the write began? Only then can a purge concern it.
@@ -64,8 +64,8 @@ local function capture(i)
   return 1, after
 end
 
-local outcomes, applied, i = {}, 0, 9
-for _ = 1, tonumber(ARGV[8]) do
+local outcomes, applied, i = {}, 0, 8
+for _ = 1, tonumber(ARGV[7]) do
   local outcome
   outcome, i = capture(i)
   if outcome == 1 then applied = applied + 1 end

@@ -2,8 +2,11 @@
 -- every key built from it lies in the slot of the key the call declared first.
 local P = ARGV[1]
 
+-- Every script's reply starts with its result, the group's totals and its mark (``fm``, see
+-- mark.lua): the process compares the mark with what it knows was forgotten.
 local function totals(result)
-  return {result, redis.call('GET', P .. 'n') or '0', redis.call('GET', P .. 'b') or '0'}
+  return {result, redis.call('GET', P .. 'n') or '0', redis.call('GET', P .. 'b') or '0',
+    redis.call('GET', P .. 'fm') or ''}
 end
 
 local function set_or_del(rk, field, value)
@@ -81,15 +84,16 @@ local function covered(pos_s, targets_json)
   return false
 end
 
--- The floor (``P ep``, see RedisCache.restore_floor): the durable journal's end when this
--- server was first used, or found empty again. `req` is '1' from a process that set or read
--- it. Such a process's fenced write is refused when the floor is gone (the server lost its
--- data, and the tombstones with it) or above the write's position (the write may predate a
--- forget whose tombstones were lost). Returns true when refused.
-local function below_floor(req, pos_s)
-  if req == '' or pos_s == '' then return false end
-  local floor = tonumber(redis.call('GET', P .. 'ep') or '')
-  return floor == nil or tonumber(pos_s) < floor
+-- Whether a fenced write must be refused because this group cannot vouch for it: the mark
+-- (``P fm``, see mark.lua) is missing or being set (the group lost its data, or never had
+-- any: its tombstones cannot be trusted), or the group was reset at a journal position above
+-- the write's (the '*' tombstone: forgets before it were never seen here). The process then
+-- repairs the group and follows the journal past that position.
+local function unvouched(pos_s)
+  if pos_s == '' then return false end
+  if not tonumber(redis.call('GET', P .. 'fm') or '') then return true end
+  local star = redis.call('HGET', P .. 'tb', '*')
+  return star ~= false and tonumber(star) > tonumber(pos_s)
 end
 
 local function remove(member)
@@ -104,4 +108,44 @@ local function remove(member)
   redis.call('DECR', P .. 'n')
   redis.call('DECRBY', P .. 'b', tonumber(f[4]) or 0)
   return 1
+end
+
+-- A forget's (or settings change's: ``settings`` true) targets in this group's fence: 'tb'
+-- maps each target to its newest forget, 'th' is the newest forget recorded, 'tl' lists them
+-- by time so those older than the journal's retention (``horizon``) are pruned. A settings
+-- change also becomes the newest one ('sv'), which the owner reads return.
+local function record(seq_s, targets, now, horizon, settings)
+  local seq = tonumber(seq_s)
+  if settings and seq > tonumber(redis.call('GET', P .. 'sv') or '0') then
+    redis.call('SET', P .. 'sv', seq_s)
+  end
+  if #targets == 0 then return end
+  for _, t in ipairs(targets) do
+    local cur = redis.call('HGET', P .. 'tb', t)
+    if not cur or tonumber(cur) < seq then redis.call('HSET', P .. 'tb', t, seq_s) end
+    redis.call('ZADD', P .. 'tl', now, seq_s .. ' ' .. t)
+  end
+  if seq > tonumber(redis.call('GET', P .. 'th') or '0') then
+    redis.call('SET', P .. 'th', seq_s)
+  end
+  local old = redis.call('ZRANGEBYSCORE', P .. 'tl', '-inf', '(' .. horizon, 'LIMIT', 0, 1000)
+  for _, m in ipairs(old) do
+    local sp = string.find(m, ' ', 1, true)
+    local t = string.sub(m, sp + 1)
+    if redis.call('HGET', P .. 'tb', t) == string.sub(m, 1, sp - 1) then
+      redis.call('HDEL', P .. 'tb', t)
+    end
+    redis.call('ZREM', P .. 'tl', m)
+  end
+end
+
+-- Remove every record an index lists ('z': a sorted set, 's': a set), and the index.
+local function remove_listed(index, how)
+  local members
+  if how == 'z' then members = redis.call('ZRANGE', index, 0, -1)
+  else members = redis.call('SMEMBERS', index) end
+  local n = 0
+  for _, member in ipairs(members) do n = n + remove(member) end
+  redis.call('DEL', index)
+  return n
 end

@@ -11,5 +11,5 @@ for _, member in ipairs(due) do
   end
 end
 local t = totals(n)
-t[4] = #due
+t[5] = #due
 return t

@@ -76,9 +76,12 @@ class Journaling(PooledStore):
         so that :meth:`journal_moved` answers from its flag (asking changes nothing)."""
         return self._listener.alive
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[fencing.JournalEntry]:
+        query = self._sql.forgets_since if forgets_only else self._sql.journal_since
         async with self._conn("journal read") as conn:
-            cur = await conn.execute(self._sql.journal_since, (seq, limit))
+            cur = await conn.execute(query, (seq, limit))
             rows = await cur.fetchall()
         return [fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
 
@@ -103,8 +106,10 @@ class Journaling(PooledStore):
     async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         async with self._forget_tx("user settings write") as conn:
             await settings_sql.write_user(conn, self._t, user_id, settings, now)
-            full = settings.privacy is Privacy.FULL
-            targets = [fencing.user_target(user_id)] if full else []
+            # PARTIAL or FULL: no personal memory from now on, so a fence row refuses a
+            # write in flight that carries the user's target (computed under NONE).
+            narrowed = settings.privacy is not Privacy.NONE
+            targets = [fencing.user_target(user_id)] if narrowed else []
             return await journal.append(conn, self._t, "user_settings", [], targets, now)
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:

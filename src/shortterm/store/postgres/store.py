@@ -248,9 +248,7 @@ class PostgresStore(Journaling):
             )
             for row, p in zip(rows, params, strict=True):
                 m = row.meta
-                targets = fencing.scope_targets(
-                    row.key, m.server_id, m.parent_channel_id, fence.triggerer
-                )
+                targets = fencing.fence_targets(row.key, m.server_id, m.parent_channel_id, fence)
                 cur = await conn.execute(
                     f"SELECT {self._t}fence_clear(%s::text[], %s::bigint)",
                     (list(targets), fence.position),

@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from ...model import ScopeKey, ScopeMeta, ScopeRow
 from ...model.errors import StoreUnavailable
-from ...model.fence import WriteFence, scope_targets
+from ...model.fence import WriteFence, fence_targets
 from ...model.text import clean_text
 from ..sql_common import put_params, scope_key_params
 
@@ -87,7 +87,7 @@ def lock_key(name: str) -> int:
 
 def targets_of(p: Mapping[str, Any], fence: WriteFence) -> tuple[str, ...]:
     key = ScopeKey._unchecked(p["kind"], p["owner"], p["channel"], p["persona"])
-    return scope_targets(key, p["server_id"], p["parent"], fence.triggerer)
+    return fence_targets(key, p["server_id"], p["parent"], fence)
 
 
 def one_row(row: ScopeRow | None) -> ScopeRow:

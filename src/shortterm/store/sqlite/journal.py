@@ -57,9 +57,29 @@ def fenced(
     """Whether a forget journaled after ``fence`` covers this write (inside its transaction)."""
     targets = [t for t in padded_targets(key, meta, fence.triggerer) if t is not None]
     targets.append(EVERY_TARGET)
-    marks = ", ".join("?" * len(targets))
-    found = db.execute(
-        f"SELECT 1 FROM fence WHERE seq > ? AND target IN ({marks}) LIMIT 1",
-        (fence.position, *targets),
-    ).fetchone()
-    return found is not None
+    return covered(db, fence.position, [*targets, *fence.extra_targets])
+
+
+# Targets per lookup: far below SQLite's bound on a statement's parameters.
+_LOOKUP_TARGETS = 500
+
+
+def covered(db: sqlite3.Connection, position: int, targets: Sequence[str]) -> bool:
+    """Whether a fence row of a sequence above ``position`` names one of ``targets`` (any
+    number of them). Atomic with a write only inside the write's transaction."""
+    for start in range(0, len(targets), _LOOKUP_TARGETS):
+        chunk = targets[start : start + _LOOKUP_TARGETS]
+        marks = ", ".join("?" * len(chunk))
+        found = db.execute(
+            f"SELECT 1 FROM fence WHERE seq > ? AND target IN ({marks}) LIMIT 1",
+            (position, *chunk),
+        ).fetchone()
+        if found is not None:
+            return True
+    return False
+
+
+def extra_fenced(db: sqlite3.Connection, fence: WriteFence) -> bool:
+    """Whether a forget journaled after ``fence`` names one of its extra targets (which the
+    fixed-width fenced statements leave out): inside the write's transaction."""
+    return bool(fence.extra_targets) and covered(db, fence.position, fence.extra_targets)

@@ -133,8 +133,11 @@ class Journaling(Connection):
     async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
         return self._fetch("private scope read", sql.COMMON.private_keys, ())
 
-    async def journal_since(self, seq: int, *, limit: int = 1000) -> list[fencing.JournalEntry]:
-        rows = self._fetch("journal read", sql.COMMON.journal_since, (seq, limit))
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[fencing.JournalEntry]:
+        query = sql.COMMON.forgets_since if forgets_only else sql.COMMON.journal_since
+        rows = self._fetch("journal read", query, (seq, limit))
         return [
             fencing.JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])))
             for r in rows
@@ -165,10 +168,11 @@ class Journaling(Connection):
         def run() -> int:
             with self._tx() as db:
                 settings_sql.write_user(db, user_id, settings, now)
-                full = settings.privacy is Privacy.FULL
-                return journal.append(
-                    db, "user_settings", [], [fencing.user_target(user_id)] if full else [], now
-                )
+                # PARTIAL or FULL: no personal memory from now on, so a fence row refuses a
+                # write in flight that carries the user's target (computed under NONE).
+                narrowed = settings.privacy is not Privacy.NONE
+                targets = [fencing.user_target(user_id)] if narrowed else []
+                return journal.append(db, "user_settings", [], targets, now)
 
         return self._guard("user settings write", run)
 

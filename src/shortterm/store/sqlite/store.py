@@ -116,9 +116,16 @@ class SQLiteStore(Journaling):
             )
             args += (fence.position, fence.position)
 
-        def run() -> list[ScopeRow]:
-            rows = {r.key.astuple: r for r in map(scope_row, self._db.execute(statement, args))}
+        def upsert(db: sqlite3.Connection) -> list[ScopeRow]:
+            rows = {r.key.astuple: r for r in map(scope_row, db.execute(statement, args))}
             return [rows[k.astuple] for k, _ in scopes if k.astuple in rows]
+
+        def run() -> list[ScopeRow]:
+            if fence is None or not fence.extra_targets:
+                return upsert(self._db)
+            # Targets beyond the statement's fixed width: checked in the same transaction.
+            with self._tx() as db:
+                return [] if journal.extra_fenced(db, fence) else upsert(db)
 
         if not scopes:
             return []
@@ -230,6 +237,8 @@ class SQLiteStore(Journaling):
                 p.update(zip(TARGET_NAMES, padded_targets(key, meta, fence.triggerer), strict=True))
             return p
 
+        if fence is not None and journal.extra_fenced(db, fence):
+            return []  # a forget of a target the whole write carries overtook it
         statement = sql.UPSERT if fence is None else sql.FENCED_UPSERT
         out = []
         for key, meta in scopes:
