@@ -17,7 +17,7 @@ if ARGV[15] ~= '' and tonumber(redis.call('GET', P .. 'th') or '0') > tonumber(A
   end
   if #gone > 0 then
     local t = totals(-2)
-    t[4] = cjson.encode(gone)
+    t[5] = cjson.encode(gone)
     return t
   end
 end

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -46,7 +47,7 @@ DM_CADENCE = ServerSettings().refresh_cadence  # a DM has no server: the default
 
 
 @pytest.fixture(params=["sqlite+inprocess", "postgres+inprocess", "postgres+redis"])
-async def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     """(store, cache) URLs of one backend pair, on a fresh schema and prefix of their own."""
     if request.param == "sqlite+inprocess":
         yield f"sqlite:///{tmp_path / 'race.db'}", "memory://"
@@ -68,8 +69,8 @@ async def tiers(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 @pytest.fixture
-async def mem(tiers: tuple[str, str]) -> AsyncIterator[shortterm.Memory]:
-    store, cache = tiers
+async def mem(pair: tuple[str, str]) -> AsyncIterator[shortterm.Memory]:
+    store, cache = pair
     config = shortterm.Config(sweep_interval_s=0)
     async with shortterm.open(store, cache, config=config) as memory:
         await memory.configure_server("s1", ServerSettings(refresh_cadence=1))
@@ -178,7 +179,7 @@ async def test_a_purge_of_a_shown_author_wins(mem: shortterm.Memory) -> None:
         tag = f"p{n}{uuid.uuid4().hex[:6]}"
         key, author, secret = await _guild_scope(mem, tag)
         mark = f"DISTILLED-{tag}"
-        report = await _distill_while(mem, mark, lambda a=author: mem.clear_user(a))  # type: ignore[misc]
+        report = await _distill_while(mem, mark, partial(mem.clear_user, author))
         await _assert_not_written(mem, report, key, f"r{tag}", (mark, secret), f"round {n}")
         await _done_with(mem, key)
 
@@ -189,18 +190,18 @@ async def test_a_full_choice_of_a_shown_author_wins(mem: shortterm.Memory) -> No
         tag = f"f{n}{uuid.uuid4().hex[:6]}"
         key, author, secret = await _guild_scope(mem, tag)
         mark = f"DISTILLED-{tag}"
-        report = await _distill_while(mem, mark, lambda a=author: mem.configure_user(a, full))  # type: ignore[misc]
+        report = await _distill_while(mem, mark, partial(mem.configure_user, author, full))
         await _assert_not_written(mem, report, key, f"r{tag}", (mark, secret), f"round {n}")
         await _done_with(mem, key)
 
 
 async def test_a_partial_choice_of_a_dm_owner_wins(mem: shortterm.Memory) -> None:
-    partial = UserSettings(privacy=Privacy.PARTIAL, cross_server_opt_in=True)
+    partial_choice = UserSettings(privacy=Privacy.PARTIAL, cross_server_opt_in=True)
     for n in range(ROUNDS):
         tag = f"d{n}{uuid.uuid4().hex[:6]}"
         key, owner, secret = await _dm_scope(mem, tag)
         mark = f"DISTILLED-{tag}"
-        report = await _distill_while(mem, mark, lambda o=owner: mem.configure_user(o, partial))  # type: ignore[misc]
+        report = await _distill_while(mem, mark, partial(mem.configure_user, owner, partial_choice))
         # The owner's own turn elsewhere is where their DM could be recalled.
         await _assert_not_written(mem, report, key, owner, (mark, secret), f"round {n}")
         await _done_with(mem, key)
@@ -210,13 +211,13 @@ async def test_a_forget_of_someone_not_shown_lets_it_land(mem: shortterm.Memory)
     """The control: the same races with a user the model was not shown, and the summary
     lands in both tiers and is recalled elsewhere (so the checks above can see it)."""
     opted_in = UserSettings(cross_server_opt_in=True)
-    partial = UserSettings(privacy=Privacy.PARTIAL)
+    partial_choice = UserSettings(privacy=Privacy.PARTIAL)
     for n in range(ROUNDS):
         tag = f"c{n}{uuid.uuid4().hex[:6]}"
         # A guild scope, while a user it does not quote is purged.
         key, _author, secret = await _guild_scope(mem, tag)
         mark = f"DISTILLED-{tag}"
-        report = await _distill_while(mem, mark, lambda t=tag: mem.clear_user(f"z{t}"))  # type: ignore[misc]
+        report = await _distill_while(mem, mark, partial(mem.clear_user, f"z{tag}"))
         assert report.distilled == [key], report
         entry = await mem.get(key)
         assert entry is not None and entry.summary is not None and mark in entry.summary
@@ -233,7 +234,7 @@ async def test_a_forget_of_someone_not_shown_lets_it_land(mem: shortterm.Memory)
         report = await _distill_while(
             mem,
             dm_mark,
-            lambda t=tag: mem.configure_user(f"n{t}", partial),  # type: ignore[misc]
+            partial(mem.configure_user, f"n{tag}", partial_choice),
         )
         assert report.distilled == [dm_key], report
         dm_entry = await mem.get(dm_key)
@@ -241,6 +242,7 @@ async def test_a_forget_of_someone_not_shown_lets_it_land(mem: shortterm.Memory)
         assert dm_mark in dm_entry.summary and dm_secret in dm_entry.summary
         dm_row = await mem.store.load(dm_key)
         assert dm_row is not None and dm_row.summary == dm_entry.summary
+        assert dm_mark in await _elsewhere(mem, owner)  # opted in: their DM is recalled
         await _done_with(mem, dm_key)
 
 
@@ -256,10 +258,12 @@ async def test_every_store_refuses_a_write_whose_extra_target_was_forgotten(
     change = DistilledWrite(summary="notes", set_summary=True)
     fence = WriteFence(await store.journal_head()).covering([user_target("ua"), user_target("ub")])
     await store.forget_user("ua", keep=None, now=T0)
-    assert (
-        await store.write_distilled([(key, meta)], change, reset_counter=key, now=T0, fence=fence)
-        == []
+    written = await store.write_distilled(
+        [(key, meta)], change, reset_counter=key, now=T0, fence=fence
     )
+    assert written == [] and await store.load(key) is None
+    # Every fenced write honours them, not only the distilled one.
+    assert await store.touch([(key, meta)], increment=key, now=T0, fence=fence) == []
     assert await store.load(key) is None
     # Nothing forgotten among its targets since it began: it lands.
     fence = WriteFence(await store.journal_head()).covering([user_target("ub")])
@@ -268,6 +272,8 @@ async def test_every_store_refuses_a_write_whose_extra_target_was_forgotten(
         [(key, meta)], change, reset_counter=key, now=T0 + 1, fence=fence
     )
     assert [r.key for r in rows] == [key]
+    touched = await store.touch([(key, meta)], increment=key, now=T0 + 2, fence=fence)
+    assert [r.turns_since_refresh for r in touched] == [1]
 
 
 async def test_every_store_fences_a_partial_choice(store_factory: StoreFactory) -> None:
@@ -276,13 +282,10 @@ async def test_every_store_fences_a_partial_choice(store_factory: StoreFactory) 
     change = DistilledWrite(summary="notes", set_summary=True)
     fence = WriteFence(await store.journal_head())
     await store.save_user_settings("ud", UserSettings(privacy=Privacy.PARTIAL), now=T0)
-    assert (
-        await store.write_distilled(
-            [(dm, ScopeMeta())], change, reset_counter=dm, now=T0, fence=fence
-        )
-        == []
+    written = await store.write_distilled(
+        [(dm, ScopeMeta())], change, reset_counter=dm, now=T0, fence=fence
     )
-    assert await store.load(dm) is None
+    assert written == [] and await store.load(dm) is None
     # A NONE choice (an opt-in) narrows nothing: a write in flight lands.
     fence = WriteFence(await store.journal_head())
     await store.save_user_settings("ud", UserSettings(cross_server_opt_in=True), now=T0 + 1)

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Mode, Proxy
-from tests.support import with_query
+from tests.support import T0, with_query
 from tests.workers import Worker
 
 G = "g1"
@@ -188,28 +188,31 @@ async def test_a_capture_held_across_a_loss_of_redis_data_never_lands(
     assert survived == []
 
 
-async def test_the_floor_is_read_after_the_claim_so_a_loss_between_them_starts_again(
+async def test_a_reset_reads_the_journal_after_its_claim_so_a_loss_between_them_starts_again(
     private_redis: PrivateRedis,
 ) -> None:
-    """Setting the floor: claim, read the journal's end, set. A loss of data just before the
-    journal's end is read takes the claim with it, so the floor set is a journal end read
-    after the loss (a forget committed before the loss is at or below it), never before."""
+    """Resetting a group without a mark: claim, read the journal's end, set. A loss of data
+    just before the journal's end is read takes the claim with it, so the mark set is a
+    journal end read after the loss (a forget committed before the loss is at or below it),
+    never before."""
     from shortterm.cache.redis import RedisCache
     from shortterm.model.config import Config
+    from shortterm.store.reference import ReferenceStore
 
     cache = RedisCache.from_url(with_query(private_redis.url, prefix="stm-floor:"), Config())
     heads = iter([7, 9])
 
-    async def journal_head() -> int:
-        head = next(heads)
-        if head == 7:
-            await private_redis.flush()  # the data (and our claim) is lost here
-        return head
+    class Journal(ReferenceStore):
+        async def journal_head(self) -> int:
+            head = next(heads)
+            if head == 7:
+                await private_redis.flush()  # the data (and our claim) is lost here
+            return head
 
     try:
-        assert await cache.restore_floor(journal_head) == 9
+        assert await cache.repair(Journal(), T0) == 9
         assert cache.journal_due(9) is False
-        assert await cache.restore_floor(journal_head) == 0  # set: nothing more to do
+        assert await cache.repair(Journal(), T0) == 9  # set: read, nothing more to do
     finally:
         await cache.close()
 

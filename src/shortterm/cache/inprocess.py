@@ -181,7 +181,7 @@ class InProcessCache(RecordBook):
         tombs, position = self._tombs, fence.position
         if tombs.get(EVERY_TARGET, 0) > position:
             return True  # the journal had a gap after it began (see JournalFollower)
-        targets = scope_targets(key, server_id, parent, fence.triggerer)
+        targets = scope_targets(key, server_id, parent, fence.triggerer, fence.extra_targets)
         return any(tombs.get(t, 0) > position for t in targets)
 
     def _without_forgotten_authors(

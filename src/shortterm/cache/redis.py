@@ -290,7 +290,7 @@ class RedisCache:
         outcomes = [0] * len(scopes)
         for (group, picked), reply in zip(by_group.items(), replies, strict=False):
             self._g.total(group, reply)
-            for i, outcome in zip(picked, reply[3:], strict=True):
+            for i, outcome in zip(picked, reply[4:], strict=True):
                 outcomes[i] = int(outcome)
         refused = len(outcomes) - outcomes.count(1) - outcomes.count(0)
         if -2 in outcomes:

@@ -27,9 +27,13 @@ class Marks:
 
     def seen(self, group: int, raw: object) -> bool:
         """Note a mark a reply carried; returns whether the group vouches for what it
-        holds (its mark is set and at or past ``known``)."""
+        holds: its mark is at or past ``known`` (a group without one, only while this
+        process knows of no forget; it is reset all the same before it takes a write)."""
         mark = self.values[group] = parse_mark(raw)
-        if mark is None or mark < self.known:
+        if mark is None:
+            self.due = True
+            return self.known == 0
+        if mark < self.known:
             self.due = True
             return False
         return True

@@ -28,6 +28,7 @@ older than its ``*`` tombstone, is refused and the process repairs and follows t
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -39,6 +40,8 @@ from .redis_marks import parse_mark
 from .redis_scripts import MARK, REPLAY, Groups
 
 __all__ = ["repair"]
+
+log = logging.getLogger("shortterm")
 
 RESET_TRIES = 50  # 0.1 s apart: another process's claim is set within one round trip or expires
 _PAGE = 1000
@@ -59,12 +62,15 @@ async def repair(g: Groups, journal: JournalReader, token: str, now: float) -> i
         missing = [k for k in g.all if marks.values[k] is None]
         if missing:
             await _reset(g, missing, token, journal, now)
-        known = marks.known
-        behind = [k for k in g.all if (marks.values[k] or 0) < known]
-        if not behind or await _replay(g, behind, known, journal, now):
-            break
-        await asyncio.sleep(0.1)
-    marks.due = False
+        if all(mark is not None for mark in marks.values):
+            known = marks.known
+            behind = [k for k in g.all if (marks.values[k] or 0) < known]
+            if not behind or await _replay(g, behind, known, journal, now):
+                marks.due = False
+                break
+        await asyncio.sleep(0.1)  # another process is resetting a group, or it moved back
+    else:
+        log.warning("shortterm Redis repair unfinished: another process held a reset throughout")
     return max((m or 0) for m in marks.values)
 
 

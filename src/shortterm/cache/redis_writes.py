@@ -103,7 +103,11 @@ class Writes:
         targets = "[]"
         if fence is not None:
             m = row.meta
-            targets = dumps(scope_targets(key, m.server_id, m.parent_channel_id, fence.triggerer))
+            targets = dumps(
+                scope_targets(
+                    key, m.server_id, m.parent_channel_id, fence.triggerer, fence.extra_targets
+                )
+            )
         name = member(key)
         owner_index = layout.owner_index(group, key.kind, key.owner_id)
         channel_index = layout.channel_index(key.channel_id)

@@ -8,9 +8,10 @@
 -- `to`; 'short' when it is below `from` (the entries do not reach down to it); '' when the
 -- group has no mark (it must be reset first).
 local to, from = tonumber(ARGV[2]), tonumber(ARGV[3])
-local fm = tonumber(redis.call('GET', P .. 'fm') or '')
+local raw = redis.call('GET', P .. 'fm')
+local fm = tonumber(raw or '')
 if not fm then return '' end
-if fm >= to then return tostring(fm) end
+if fm >= to then return raw end  -- as stored: a Lua number prints large ones as floats
 if fm < from then return 'short' end
 local i = 7
 for _ = 1, tonumber(ARGV[6]) do
