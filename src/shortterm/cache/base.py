@@ -112,10 +112,10 @@ class HotTier(Protocol):
         """The newest forget (or settings change) this process's journal follower applied: a
         shared tier serves nothing from a part of itself that has not applied it."""
 
-    async def repair(self, journal: JournalReader, now: float) -> int:
+    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
         """A shared tier that may lose its data, or go back in time, without notice (Redis
         restarted from a snapshot, a replica promoted) replays from the durable journal the
-        forgets it lost, up to what :meth:`followed` said, and resets a part that lost
+        forgets it lost, up to what :meth:`followed` said (or ``to``), and resets a part that lost
         everything (fencing every write that began before the journal's end). Returns the
         journal position the process may stand on; 0 when there is nothing to do."""
 

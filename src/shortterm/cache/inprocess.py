@@ -205,7 +205,7 @@ class InProcessCache(RecordBook):
     def followed(self, forgets: int) -> None:
         """Nothing to do: this process follows the journal into this tier itself."""
 
-    async def repair(self, journal: JournalReader, now: float) -> int:
+    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
         return 0
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:

@@ -343,14 +343,14 @@ class RedisCache:
     def followed(self, forgets: int) -> None:
         self._marks.known = max(self._marks.known, forgets)
 
-    async def repair(self, journal: JournalReader, now: float) -> int:
+    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
         """See :mod:`.redis_repair`; the first call also checks the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next
         call that follows the journal (this process's reads and writes fail on their own)."""
         try:
             if not self._eviction_checked:
                 await self.check_eviction()
-            return await redis_repair.repair(self._g, journal, self._token, now)
+            return await redis_repair.repair(self._g, journal, self._token, now, to)
         except StoreUnavailable as exc:
             self._marks.due = True
             log.warning("shortterm Redis not repaired (tried again at the next call): %s", exc)

@@ -48,10 +48,12 @@ _PAGE = 1000
 _SETTINGS = ("user_settings", "server_settings")
 
 
-async def repair(g: Groups, journal: JournalReader, token: str, now: float) -> int:
+async def repair(
+    g: Groups, journal: JournalReader, token: str, now: float, to: int = 0
+) -> int:
     """Bring every group's mark up to what this process knows was forgotten
-    (``g.marks.known``), resetting those without one. Returns the highest mark: the process's
-    position may stand on it."""
+    (``g.marks.known``, or ``to`` if higher), resetting those without one. Returns the
+    highest mark: the process's position may stand on it."""
     marks = g.marks
     for _round in range(RESET_TRIES):
         raws = await g.batch(
@@ -63,7 +65,7 @@ async def repair(g: Groups, journal: JournalReader, token: str, now: float) -> i
         if missing:
             await _reset(g, missing, token, journal, now)
         if all(mark is not None for mark in marks.values):
-            known = marks.known
+            known = max(marks.known, to)
             behind = [k for k in g.all if (marks.values[k] or 0) < known]
             if not behind or await _replay(g, behind, known, journal, now):
                 marks.due = False

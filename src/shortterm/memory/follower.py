@@ -243,12 +243,14 @@ class JournalFollower:
             self.head = seq  # no other entry can lie between: nothing else to apply
         elif self.head < seq:
             await self.catch_up(own=seq)
-        self._forgot(seq)
         tiers = self._tiers
         if tiers.cache.shared:
             # The forget is applied already: a tier that fails here only keeps its marks
-            # short, so its readers repair it (see repair) before they serve from it.
-            await tiers.cache.repair(tiers.store, self._clock())
+            # short, so its readers repair it (see repair) before they serve from it. Our
+            # own reads meanwhile still compare the marks with what we knew before: the
+            # marks catch up before we know the forget, so no read asks for another repair.
+            await tiers.cache.repair(tiers.store, self._clock(), to=seq)
+        self._forgot(seq)
 
 
 def _missed(entry: JournalEntry, head: int) -> bool:
