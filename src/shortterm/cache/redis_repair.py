@@ -48,9 +48,7 @@ _PAGE = 1000
 _SETTINGS = ("user_settings", "server_settings")
 
 
-async def repair(
-    g: Groups, journal: JournalReader, token: str, now: float, to: int = 0
-) -> int:
+async def repair(g: Groups, journal: JournalReader, token: str, now: float, to: int = 0) -> int:
     """Bring every group's mark up to what this process knows was forgotten
     (``g.marks.known``, or ``to`` if higher), resetting those without one. Returns the
     highest mark: the process's position may stand on it."""
