@@ -344,9 +344,13 @@ class RedisCache:
         self._marks.known = max(self._marks.known, forgets)
 
     async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
-        """See :mod:`.redis_repair`; the first call also checks the eviction policy. A Redis
+        """See :mod:`.redis_repair`: only when a reply showed a group short of what we know
+        (or none was read yet), or ``to`` brings our own forget. The first call also checks
+        the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next
         call that follows the journal (this process's reads and writes fail on their own)."""
+        if not self._marks.due and to <= self._marks.known:
+            return 0  # no reply showed a group short, and we bring no forget of our own
         try:
             if not self._eviction_checked:
                 await self.check_eviction()

@@ -23,7 +23,7 @@ class Marks:
     def __init__(self, groups: int) -> None:
         self.values: list[int | None] = [None] * groups
         self.known = 0
-        self.due = False
+        self.due = True  # nothing read yet: the first repair reads every mark
 
     def seen(self, group: int, raw: object) -> bool:
         """Note a mark a reply carried; returns whether the group vouches for what it

@@ -165,7 +165,7 @@ class JournalFollower:
             now = self._clock()
             reload = False
             for entry in entries:
-                if entry.kind != "edit":
+                if entry.kind != "edit" and entry.seq != own:  # own: see caught_up_to
                     self._forgot(entry.seq)
                 if entry.kind == "pruned":
                     gap |= _missed(entry, self.head)
