@@ -183,6 +183,8 @@ async def shared_pair(
     store = PostgresStore.from_url(pg_url, schema=f"bench_{tag}")
     cache = RedisCache.from_url(f"{redis_url}?prefix={quote(f'bench:{tag}:')}", CONFIG)
     await store.migrate()
+    if hasattr(cache, "repair"):  # its groups marked, as a process opens them (fenced writes)
+        await cache.repair(store, time.time())
     try:
         yield store, cache
     finally:

@@ -109,7 +109,11 @@ class Cluster:
 
     def owner(self, slot: int) -> int:
         """The port of the master serving ``slot``, as the first node sees it."""
-        for line in self.cli(self.ports[0], "cluster", "nodes").splitlines():
+        return self.owner_seen_by(self.ports[0], slot)
+
+    def owner_seen_by(self, port: int, slot: int) -> int:
+        """The port of the master serving ``slot``, as the node on ``port`` sees it."""
+        for line in self.cli(port, "cluster", "nodes").splitlines():
             fields = line.split()
             if "master" not in fields[2]:
                 continue

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ import redis.asyncio as aioredis
 import shortterm
 from shortterm import Message, Privacy, ScopeKey
 from shortterm.model.errors import ConfigError
+from tests import cluster_support
+from tests.cluster_support import Cluster
 from tests.support import with_query
 
 pytestmark = pytest.mark.skipif(
@@ -230,3 +235,72 @@ async def test_a_full_redis_still_forgets(
             assert not await _shows(memory, word)
     finally:
         await memory.close()
+
+
+@contextmanager
+def _cluster_with_replicas() -> Iterator[Cluster]:
+    """Three masters, each with a replica, every slot assigned."""
+    directory = Path(tempfile.mkdtemp(prefix="stm-cluster-ha-"))
+    ports: list[int] = []
+    for _ in range(6):
+        ports.append(cluster_support._free_port(ports))
+    cluster = Cluster(ports, directory)
+    try:
+        for port in ports:
+            cluster.start(port)
+        cluster.cli(
+            ports[0], "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+            "--cluster-replicas", "1", "--cluster-yes",
+        )  # fmt: skip
+        cluster_support._wait(cluster.state_ok, "the cluster's state")
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _replica_of(cluster: Cluster, master: int) -> int:
+    master_id = cluster.node_id(master)
+    for line in cluster.cli(master, "cluster", "nodes").splitlines():
+        fields = line.split()
+        if "slave" in fields[2] and fields[3] == master_id:
+            return int(fields[1].split("@")[0].rsplit(":", 1)[1])
+    raise AssertionError(f"no replica of {master}")
+
+
+@pytest.mark.parametrize("forget", sorted(FORGETS) * ROUNDS)
+async def test_a_cluster_failover_to_a_lagging_replica_does_not_undo_a_forget(
+    pg_url: str, schema: str, forget: str
+) -> None:
+    """3 masters + 3 replicas: the channel's master loses its replica (stopped), forgets,
+    dies; the replica takes over (``CLUSTER FAILOVER TAKEOVER``) without the forget."""
+    cluster_support.require_redis_server()
+    word = uuid.uuid4().hex
+    with _cluster_with_replicas() as cluster:
+        memory = await _open(pg_url, schema, cluster.url)
+        try:
+            await _said(memory, word)
+            group_key = memory.cache.layout.base(memory.cache.group_of(C)) + "n"  # type: ignore[attr-defined]
+            slot = int(cluster.cli(cluster.ports[0], "cluster", "keyslot", group_key))
+            master = cluster.owner(slot)
+            replica = _replica_of(cluster, master)
+            assert cluster.cli(master, "wait", "1", "2000").strip() == "1"
+            cluster.pause(replica)  # the replica link is gone from here on
+            await FORGETS[forget](memory)
+            assert not await _shows(memory, word)
+            cluster.processes[master].kill()
+            cluster.processes[master].wait(timeout=20)
+            cluster.resume(replica)
+            cluster.cli(replica, "cluster", "failover", "takeover")
+            survivors = [p for p in cluster.ports if p != master]
+            cluster_support._wait(
+                lambda: cluster.owner_seen_by(survivors[0], slot) == replica, "the takeover"
+            )
+        finally:
+            await memory.close()
+        seeds = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in survivors)
+        promoted = await _open(pg_url, schema, seeds)
+        try:
+            assert not await _shows(promoted, word), "the promoted replica served it"
+        finally:
+            await promoted.close()
