@@ -178,7 +178,10 @@ async def test_a_replica_promoted_before_it_caught_up_does_not_undo_a_forget(
         deadline = time.monotonic() + 20
         while await primary.admin("WAIT", "1", "1000") != 1:  # the replica has the word
             assert time.monotonic() < deadline, "the replica never caught up"
-        replica.signal(signal.SIGSTOP)  # it lags from here on
+        # It lags from here on: stopped, and its link cut (what the primary had sent before
+        # would still wait in its socket, and arrive when it wakes).
+        replica.signal(signal.SIGSTOP)
+        await primary.admin("CLIENT", "KILL", "TYPE", "replica")
         await FORGETS[forget](memory)
         assert not await _shows(memory, word)
         primary.kill()
@@ -260,11 +263,17 @@ def _cluster_with_replicas() -> Iterator[Cluster]:
 
 
 def _replica_of(cluster: Cluster, master: int) -> int:
+    """The port of the master's replica, once it is connected (the roles take a moment)."""
     master_id = cluster.node_id(master)
-    for line in cluster.cli(master, "cluster", "nodes").splitlines():
-        fields = line.split()
-        if "slave" in fields[2] and fields[3] == master_id:
-            return int(fields[1].split("@")[0].rsplit(":", 1)[1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in cluster.cli(master, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if "slave" in fields[2] and fields[3] == master_id:
+                port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                if "master_link_status:up" in cluster.cli(port, "info", "replication"):
+                    return port
+        time.sleep(0.1)
     raise AssertionError(f"no replica of {master}")
 
 
@@ -285,7 +294,8 @@ async def test_a_cluster_failover_to_a_lagging_replica_does_not_undo_a_forget(
             master = cluster.owner(slot)
             replica = _replica_of(cluster, master)
             assert cluster.cli(master, "wait", "1", "2000").strip() == "1"
-            cluster.pause(replica)  # the replica link is gone from here on
+            cluster.pause(replica)  # the master loses its replica link from here on
+            cluster.cli(master, "client", "kill", "type", "replica")
             await FORGETS[forget](memory)
             assert not await _shows(memory, word)
             cluster.processes[master].kill()
