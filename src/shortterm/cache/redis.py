@@ -71,7 +71,7 @@ from .redis_client import Calls, Client, failure_bound_s, open_url
 from .redis_codec import Views, key_of, member
 from .redis_directory import Directories, Listed
 from .redis_layout import DEFAULT_GROUPS, Layout
-from .redis_scripts import DELETE, Groups, Ride, Script
+from .redis_scripts import DELETE, READ, Groups, Ride, Script
 from .redis_writes import Scope, Writes
 
 __all__ = ["RedisCache", "failure_bound_s"]
@@ -197,9 +197,7 @@ class RedisCache:
         group is short of what this process knows was forgotten (it is repaired first)."""
         group = self.layout.key_group(key)
         record, mark = self.layout.record(key, member(key)), self.layout.base(group) + "fm"
-        values, raw = await self._g.batch(
-            "read", lambda pipe: (pipe.hmget(record, list(fields)), pipe.get(mark))
-        )
+        values, raw = await self._g.run("read", READ, (record, mark), fields)
         if not self._marks.seen(group, raw):
             return [None] * len(fields)
         return cast(list[Any], values)

@@ -42,8 +42,8 @@ _SOURCES: dict[str, str] = {}  # every script's source by its SHA, to resend it 
 class Script:
     """A Lua script, run by its SHA and, after ``NOSCRIPT``, by its source."""
 
-    def __init__(self, source: str, *, allow_oom: bool = False) -> None:
-        shebang = "#!lua flags=allow-oom\n" if allow_oom else "#!lua\n"
+    def __init__(self, source: str, *, flags: str = "") -> None:
+        shebang = f"#!lua flags={flags}\n" if flags else "#!lua\n"
         self.source = source if source.startswith("#!lua") else shebang + source
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         _SOURCES[self.sha] = self.source
@@ -119,7 +119,10 @@ _PRELUDE = _lua("prelude")
 
 
 def _script(name: str, *, allow_oom: bool = False) -> Script:
-    return Script(_PRELUDE + _lua(name), allow_oom=allow_oom)
+    return Script(_PRELUDE + _lua(name), flags="allow-oom" if allow_oom else "")
+
+
+READ = Script(_lua("read"), flags="no-writes")  # no prelude: it names only its KEYS
 
 
 CAPTURE = _script("capture")
