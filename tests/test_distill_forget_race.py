@@ -41,7 +41,7 @@ from tests.support import (
     with_query,
 )
 
-ROUNDS = 3  # per case and backend pair
+ROUNDS = 6  # per case and backend pair
 OVERTAKEN = "a forget overtook it"
 DM_CADENCE = ServerSettings().refresh_cadence  # a DM has no server: the default cadence
 
