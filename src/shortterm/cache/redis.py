@@ -58,7 +58,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, cast
+from urllib.parse import quote
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
@@ -344,19 +346,49 @@ class RedisCache:
     async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
         """See :mod:`.redis_repair`: only when a reply showed a group short of what we know
         (or none was read yet), or ``to`` brings our own forget. The first call also checks
-        the eviction policy. A Redis
+        the topology and the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next
         call that follows the journal (this process's reads and writes fail on their own)."""
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
         try:
             if not self._eviction_checked:
+                await self.check_topology()
                 await self.check_eviction()
             return await redis_repair.repair(self._g, journal, self._token, now, to)
         except StoreUnavailable as exc:
             self._marks.due = True
             log.warning("shortterm Redis not repaired (tried again at the next call): %s", exc)
             return 0
+
+    async def check_topology(self) -> None:
+        """Refuse a Redis Cluster node opened as one node (``redis://``, ``rediss://``): it
+        would answer MOVED for every key another node serves, so every call would fail.
+        One ``INFO cluster`` at open; a server that does not let us run it is not refused."""
+        if isinstance(self.client, RedisCluster):
+            return
+        try:
+            info = await self._calls.call("topology", lambda: self.client.info("cluster"))
+        except StoreUnavailable as exc:
+            if "unknown command" in str(exc).lower() or "noperm" in str(exc).lower():
+                return
+            raise
+        if str(info.get("cluster_enabled", 0)) != "1":
+            return
+        pool = self.client.connection_pool
+        where = pool.connection_kwargs
+        tls = "s" if "SSL" in pool.connection_class.__name__ else ""
+        if where.get("path"):
+            node, scheme, seeds = str(where["path"]), "unix", "host:port,host:port"
+        else:
+            node = f"{where.get('host')}:{where.get('port')}"
+            scheme, seeds = f"redis{tls}", node
+        raise ConfigError(
+            f"the Redis at {node} is a Redis Cluster node (cluster_enabled:1), but a "
+            f"{scheme}:// URL opens it as one node, which answers MOVED for the other nodes' "
+            f"keys. Use redis{tls}+cluster://{seeds}?prefix={quote(self.prefix, safe=':')} "
+            "(a few seed nodes, the topology is discovered; a cluster has only database 0)"
+        )
 
     async def check_eviction(self) -> None:
         """Refuse a Redis that may evict our keys: a forget finds records through indexes,

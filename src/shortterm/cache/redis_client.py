@@ -10,6 +10,9 @@ run the same scripts on the same key layout (:mod:`.redis_layout`).
 from __future__ import annotations
 
 import asyncio
+import difflib
+import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +23,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import (
+    URL_QUERY_ARGUMENT_PARSERS,
+    AbstractConnection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
+from redis.asyncio.connection import Connection as TCPConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -44,6 +55,14 @@ __all__ = ["Calls", "Opened", "failure_bound_s", "open_url"]
 OWN_OPTIONS = ("prefix", "retries", "owner_complete_ttl_s", "safety_margin_s", "groups")
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+# The options redis-py's URL parser passes on as text (it types those of
+# URL_QUERY_ARGUMENT_PARSERS); which of all these a URL may carry depends on the client it
+# makes (:func:`_driver_options`).
+_TEXT_OPTIONS = (
+    "username", "password", "client_name", "lib_name", "lib_version", "encoding",
+    "encoding_errors", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs",
+    "ssl_ca_data", "ssl_ca_path", "ssl_ciphers", "ssl_password",
+)  # fmt: skip
 _SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
 _BACKOFF_CAP_S = 0.2
 # What a cluster answers while it moves slots or elects a master: the call is tried again
@@ -81,7 +100,8 @@ def open_url(url: str) -> Opened:
     ``safety_margin_s``, ``groups`` (hash-tag groups, default 16; see :mod:`.redis_layout`).
     redis-py's own (``socket_timeout``, ``max_connections``, ...) pass through;
     ``socket_timeout`` and ``socket_connect_timeout`` default to 5 s so a hung server becomes
-    ``StoreUnavailable``. One call then fails within :func:`failure_bound_s`."""
+    ``StoreUnavailable``. One call then fails within :func:`failure_bound_s`. Any other
+    option is refused by name (``ConfigError``), with the accepted ones."""
     redis_url, options = urls.split_options(
         url,
         schemes=SINGLE_SCHEMES + CLUSTER_SCHEMES,
@@ -91,6 +111,7 @@ def open_url(url: str) -> Opened:
             "(use redis://host:6379/0 or redis+cluster://host:7000,host:7001)"
         ),
     )
+    _check_options(redis_url, url)
     retries = int(urls.non_negative_number(options, "retries", 1, url))
     groups = urls.at_least_one(options, "groups", DEFAULT_GROUPS, url)
     given = dict(parse_qsl(urlsplit(redis_url).query))
@@ -123,6 +144,58 @@ def open_url(url: str) -> Opened:
         safety_margin_s=urls.non_negative_number(options, "safety_margin_s", 3600.0, url),
         call_timeout_s=failure_bound_s(socket_timeout_s, retries),
     )
+
+
+def _check_options(redis_url: str, url: str) -> None:
+    """Refuse, by name, an option of ``redis_url`` (the URL without ours) that the client it
+    makes does not take, listing the accepted ones: redis-py would pass it on as a keyword
+    argument, to fail with a TypeError at the first connection (or at once, for a cluster)."""
+    parts = urlsplit(redis_url)
+    theirs = _driver_options(parts.scheme)
+    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    unknown = sorted({n for n in names if n not in theirs})
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], [*OWN_OPTIONS, *theirs], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if not hint and unknown[0].startswith("ssl_") and not parts.scheme.startswith("rediss"):
+        hint = " (TLS options need rediss://)"
+    raise ConfigError(
+        # The URL is not shown: its query may hold a password.
+        f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+        f"in the Redis URL{hint}; accepted: shortterm's {', '.join(OWN_OPTIONS)}, "
+        f"and redis-py's {', '.join(sorted(theirs))}"
+    )
+
+
+@functools.cache
+def _driver_options(scheme: str) -> frozenset[str]:
+    """The redis-py options a URL of ``scheme`` may carry: those its URL parser reads that
+    the client it makes accepts (TLS options only with ``rediss``)."""
+    if scheme in CLUSTER_SCHEMES:
+        takes = _parameters(RedisCluster)
+    else:
+        connection: type[AbstractConnection] = {
+            "rediss": SSLConnection,
+            "unix": UnixDomainSocketConnection,
+        }.get(scheme, TCPConnection)
+        takes = _parameters(connection) | _parameters(ConnectionPool)
+    readable = {*URL_QUERY_ARGUMENT_PARSERS, *_TEXT_OPTIONS} & takes
+    if not scheme.startswith("rediss"):
+        readable = {name for name in readable if not name.startswith("ssl_")}
+    return frozenset(readable)
+
+
+def _parameters(cls: type) -> set[str]:
+    """The keyword parameters of ``cls`` and of the ``__init__`` of every class it derives
+    from (redis-py's connection classes pass ``**kwargs`` up)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and klass is not object:
+            for name, p in inspect.signature(vars(klass)["__init__"]).parameters.items():
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name != "self":
+                    names.add(name)
+    return names
 
 
 def _cluster_client(

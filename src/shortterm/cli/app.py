@@ -7,10 +7,16 @@
 3     the store or cache is unavailable (``StoreUnavailable``)
 4     an optional dependency is missing (``ExtraMissing``); the message says what to install
 ====  ===========================================================
+
+An error is printed on stderr (``error: …``), never with a traceback; a backend or a
+configuration error is one line (a driver's message that spans several is joined with ``; ``).
+Before any command runs, each ``SHORTTERM_*`` variable shortterm does not read gets a warning
+line, naming the known variable it is closest to (:mod:`.environment`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -25,6 +31,7 @@ __all__ = [
     "Declined",
     "exit_code",
     "main",
+    "one_line",
 ]
 
 EXIT_DECLINED = 1
@@ -61,9 +68,17 @@ class _Group(click.Group):
             assert code is not None
             if isinstance(exc, Declined):
                 click.echo("nothing was changed", err=True)
+            elif isinstance(exc, StoreUnavailable | ConfigError):
+                # A driver's words may span lines: a backend or a setting is one line.
+                click.echo(f"error: {one_line(str(exc))}", err=True)
             else:
-                click.echo(f"error: {exc}", err=True)
+                click.echo(f"error: {exc}", err=True)  # a malformed import lists its lines
             ctx.exit(code)
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: its non-blank lines, stripped, joined with ``; ``."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 @click.group(cls=_Group)
@@ -74,3 +89,6 @@ def main() -> None:
     \b
     Example: shortterm inspect --channel 222
     """
+    from .environment import warn_unknown
+
+    warn_unknown(os.environ, lambda line: click.echo(line, err=True))

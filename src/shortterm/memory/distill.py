@@ -10,9 +10,10 @@ it showed the model (and a DM's owner), so a forget that lands while the model t
 It sends only what the read path would show in the scope's own channel: no private channel's
 scope (unless its server bypasses privacy), no message of a user with full privacy, nothing of
 a DM whose user keeps nothing personal, and one scope (one persona) per request. Bounded: a
-per-run cap, a scan cap, a concurrency limit, timeouts and retries with backoff. A model that
-fails is reported per scope and nothing is written or reset for it; after a scope failed for
-good, no new request is started in that run.
+per-run cap, a scan cap, a concurrency limit, timeouts, retries with backoff and a byte cap on
+each answer. A model that fails is reported per scope and nothing is written or reset for it;
+after a scope failed for good, no new request is started in that run. An answer that cannot
+be used (too large, malformed, of the wrong types) fails its own scope only.
 
 Needs httpx (the ``[openai]`` extra brings it).
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ from ..model.errors import ExtraMissing, InvalidInput, ShortTermError, StoreUnav
 from ..model.fence import user_target
 from ..prompt.distill import answer_arguments, distill_messages
 from ..prompt.render import category_labels
-from ..tool.arguments import Refused, parse_arguments
+from ..tool.arguments import Refused, kind_of, parse_arguments
 from ..tool.spec import field_names
 
 if TYPE_CHECKING:
@@ -43,6 +46,15 @@ __all__ = ["DistillReport", "DistillSchedule", "ModelFailed", "distill", "distil
 _SCAN_BATCH = 500
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _MAX_ANSWER_CHARS = 200_000
+# The body of one answer is read up to this many bytes, never more: a body over it fails its
+# scope while it is read (a 64 MB body read whole, then parsed, cost ~200 MB). The answer's
+# text is cut to _MAX_ANSWER_CHARS characters; JSON may spell each as an escaped surrogate pair
+# (12 bytes), around an envelope and what some endpoints add (usage, reasoning text): 20 bytes
+# a character (4 MB) leaves room for all of that.
+_MAX_ANSWER_BYTES = 20 * _MAX_ANSWER_CHARS
+_MAX_ERROR_BYTES = 4096  # of an error's body: its first 300 characters are shown
+
+log = logging.getLogger("shortterm.distill")
 
 
 class ModelFailed(ShortTermError):
@@ -50,7 +62,8 @@ class ModelFailed(ShortTermError):
 
 
 class _Unusable(ModelFailed):
-    """An answer the tool's own checks refuse: that scope fails, the run goes on."""
+    """An answer that cannot be used (too large, not a chat completion, or refused by the
+    tool's own checks): that scope fails, the run goes on."""
 
 
 @dataclass
@@ -118,7 +131,7 @@ async def distill(
     ) as client:
 
         async def post(messages: list[dict[str, str]]) -> str:
-            return await _complete(client, model, messages, retries=retries)
+            return await _complete(client, model, messages, retries=retries, timeout_s=timeout_s)
 
         return await run(
             memory,
@@ -131,37 +144,97 @@ async def distill(
 
 
 async def _complete(
-    client: Any, model: str, messages: list[dict[str, str]], *, retries: int
+    client: Any, model: str, messages: list[dict[str, str]], *, retries: int, timeout_s: float
 ) -> str:
     """One chat completion's text, retried with backoff on what may pass (a refused
-    connection, a timeout, 429, 5xx)."""
+    connection, a timeout, 429, 5xx). Each attempt has ``timeout_s`` for the whole answer, so
+    a model trickling its body cannot hold the run."""
     import httpx
 
     body = {"model": model, "messages": messages, "temperature": 0}
     for attempt in range(retries + 1):
         last = attempt == retries
         try:
-            response = await client.post("/chat/completions", json=body)
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(timeout_s):
+                status, raw = await _post(client, body)
+        except (httpx.HTTPError, TimeoutError) as exc:
             if last:
                 raise ModelFailed(f"{client.base_url} did not answer ({exc!r})") from exc
         else:
-            if response.status_code == 200:
-                return _answer_text(response)
-            error = f"{client.base_url} answered {response.status_code}: {response.text[:300]}"
-            if last or response.status_code not in _RETRY_STATUS:
+            if status == 200:
+                return _answer_text(raw)
+            error = f"{client.base_url} answered {status}: {_excerpt(raw)}"
+            if last or status not in _RETRY_STATUS:
                 raise ModelFailed(error)
         await asyncio.sleep(0.5 * 2**attempt * (0.5 + random.random()))
     raise AssertionError("unreachable")
 
 
-def _answer_text(response: Any) -> str:
+async def _post(client: Any, body: dict[str, Any]) -> tuple[int, bytes]:
+    """The status and body of one call, the body read in chunks up to its cap: a 200 over
+    :data:`_MAX_ANSWER_BYTES` is :class:`_Unusable`, an error's body is cut."""
+    # No compression: a small compressed chunk could inflate past the cap in one piece.
+    headers = {"Accept-Encoding": "identity"}
+    async with client.stream("POST", "/chat/completions", json=body, headers=headers) as response:
+        status = int(response.status_code)
+        cap = _MAX_ANSWER_BYTES if status == 200 else _MAX_ERROR_BYTES
+        if status == 200 and _declared_over(response.headers.get("content-length", ""), cap):
+            raise _too_large()  # said up front: not a byte of it is read
+        raw = bytearray()
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) > cap:
+                if status == 200:
+                    raise _too_large()
+                del raw[cap:]
+                break  # leaving the block closes the connection: the rest is never read
+        return status, bytes(raw)
+
+
+def _declared_over(length: str, cap: int) -> bool:
+    """Whether a Content-Length says more than ``cap`` bytes (one that is not a number is left
+    to the HTTP parser; a long one is not converted: int() refuses 4,300 digits)."""
+    length = length.strip()
+    if not (length.isascii() and length.isdigit()):
+        return False
+    return len(length) > len(str(cap)) or int(length) > cap
+
+
+def _too_large() -> _Unusable:
+    return _Unusable(f"the answer is too large: over the cap of {_MAX_ANSWER_BYTES:,} bytes")
+
+
+def _excerpt(raw: bytes) -> str:
+    """The start of a body, on one line."""
+    return repr(raw[:300].decode("utf-8", errors="replace"))
+
+
+def _answer_text(raw: bytes) -> str:
+    """The text of a chat completion's body. Anything else (not UTF-8, not JSON, nested too
+    deeply for the parser, the wrong shape or types) is :class:`_Unusable`: that scope fails,
+    the run goes on."""
     try:
-        content = response.json()["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ModelFailed(f"the answer is not a chat completion: {response.text[:300]}") from exc
-    if not isinstance(content, str) or not content.strip():
-        raise ModelFailed("the model answered with no text")
+        data = json.loads(raw)
+    except RecursionError as exc:
+        raise _Unusable("the answer is not a chat completion: JSON nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise _Unusable(
+            f"the answer is not a chat completion: not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from exc
+    except ValueError as exc:
+        raise _Unusable(
+            f"the answer is not a chat completion: not JSON ({exc}): {_excerpt(raw)}"
+        ) from exc
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise _Unusable(
+            f"the answer is not a chat completion (no choices[0].message.content): {_excerpt(raw)}"
+        ) from exc
+    if not isinstance(content, str):
+        raise _Unusable(f"the model answered {kind_of(content)} where its text belongs")
+    if not content.strip():
+        raise _Unusable("the model answered with no text")
     return content[:_MAX_ANSWER_CHARS]
 
 
@@ -205,13 +278,14 @@ async def run(
                 task = asyncio.create_task(_one(memory, key, post, report, stop, bot_name))
                 task.add_done_callback(lambda _t: gate.release())
                 tasks.add(task)
+        await asyncio.gather(*tasks)
     except BaseException:
-        # Cancelled (the sidecar stopping) or the hot tier failed: no call outlives the run.
+        # Cancelled (the sidecar stopping), the hot tier failed or a scope's task raised what
+        # no one foresaw: no call outlives the run.
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    await asyncio.gather(*tasks)
     return report
 
 
@@ -379,9 +453,9 @@ async def distill_forever(
     memory: Memory, schedule: DistillSchedule, *, on_report: Callable[[DistillReport], None]
 ) -> None:
     """Run :func:`distill` every ``schedule.interval_s`` seconds until cancelled. A run that
-    fails (the store down, a model that does not answer) is reported and the next one
-    comes at its time: the task never ends on its own and never holds a turn up (it shares
-    no lock with turns; its writes are the tool's fenced writes)."""
+    fails (the store down, a model that does not answer, any exception) is reported and the
+    next one comes at its time: the task ends only when cancelled and never holds a turn up
+    (it shares no lock with turns; its writes are the tool's fenced writes)."""
     while True:
         await asyncio.sleep(schedule.interval_s)
         try:
@@ -398,4 +472,12 @@ async def distill_forever(
             report = DistillReport(error=str(exc))
         except ShortTermError as exc:  # e.g. the httpx extra missing: said at every run
             report = DistillReport(error=str(exc))
-        on_report(report)
+        except Exception as exc:
+            # Whatever no one foresaw fails this run only (CancelledError is no Exception:
+            # it still stops the task). The traceback goes to the log, the cause to the report.
+            log.error("a distill run raised %s: %s", type(exc).__name__, exc, exc_info=exc)
+            report = DistillReport(error=f"{type(exc).__name__}: {exc}")
+        try:
+            on_report(report)
+        except Exception:
+            log.exception("the distill report could not be handled")

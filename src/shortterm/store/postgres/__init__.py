@@ -23,7 +23,9 @@ to 10 s before the connection is given up. The pool retries a failed connection 
 back-off), after which the next operation starts a fresh attempt: so once the server is back,
 operations succeed again within that delay instead of waiting out the back-off.
 Before the pool first opens, one direct connection is tried: an address that refuses
-connections, or a host name that does not resolve, fails at once naming ``host:port``.
+connections, or a host name that does not resolve, fails at once naming ``host:port``; a server
+that refuses the login for good (no such role or database, authentication failed) fails at once
+with the server's own reason (``PostgreSQL refused the connection: role "bot" does not exist``).
 
 One more connection, outside the pool, LISTENs for other processes' journal entries and
 proves itself alive with a heartbeat every third of ``listen_timeout_s``; while it has not
@@ -33,7 +35,8 @@ URL options (removed before the URL reaches libpq): ``schema`` (tables live in t
 created on migration), ``pool_min_size``, ``pool_max_size``, ``pool_timeout_s`` (default 30),
 ``pool_reconnect_timeout_s`` (default 2), ``operation_timeout_s`` (default 30),
 ``listen_timeout_s`` (default 1). Standard libpq options such as ``application_name`` or
-``connect_timeout`` pass through.
+``connect_timeout`` pass through; any other option is refused by name (``ConfigError``) when
+the store is made, with the accepted ones.
 """
 
 from .store import PostgresStore

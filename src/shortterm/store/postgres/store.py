@@ -20,7 +20,7 @@ from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import sql
-from .connection import Pool
+from .connection import Pool, check_options
 from .journaling import Journaling
 from .values import clean, jsonb, one, one_row, put_row_params, scope_params, scope_row, targets_of
 
@@ -40,6 +40,7 @@ class PostgresStore(Journaling):
         """``postgresql://user@host:5432/db?schema=name&pool_max_size=10``.
 
         The pool is created closed; it opens on first use (``migrate`` at ``shortterm.open``).
+        An option neither ours nor libpq's is refused here (``ConfigError``), by name.
         """
         conninfo, options = urls.split_options(
             url,
@@ -47,6 +48,7 @@ class PostgresStore(Journaling):
             ours=sql.OWN_OPTIONS,
             wrong_scheme=f"not a PostgreSQL URL: {urls.shown_url(url)!r} (use postgresql://user@host/db)",
         )
+        check_options(conninfo, url, sql.OWN_OPTIONS)
         min_size = urls.at_least_one(options, "pool_min_size", 1, url)
         max_size = max(min_size, urls.at_least_one(options, "pool_max_size", 10, url))
         timeout_s = urls.positive_seconds(options, "pool_timeout_s", 30.0, url)
