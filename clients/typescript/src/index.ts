@@ -730,7 +730,10 @@ export class ShortTermClient {
 
   // -- service ----------------------------------------------------------------------------------
 
-  /** Liveness: `degraded` is true while the durable tier is failing. */
+  /**
+   * Liveness: `degraded` is true while the durable tier is failing; `cache_degraded` is
+   * present, and true, while the hot tier (Redis) is.
+   */
   health(options: CallOptions = {}): Promise<HealthOut> {
     return this.#json("GET", "/healthz", SHAPES.health, options);
   }

@@ -73,6 +73,8 @@ export interface HealthOut {
   status: "ok";
   /** The durable tier failed recently (serving degraded). */
   degraded: boolean;
+  /** The hot tier (Redis) failed recently: turns fail with 503 cache_unavailable. Only present (true) while it is so; the durable tier's state is `degraded`. */
+  cache_degraded?: boolean;
 }
 
 export interface KeyOut {

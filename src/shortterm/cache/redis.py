@@ -163,6 +163,21 @@ class RedisCache:
     def operation(self) -> AbstractContextManager[None]:
         return self._calls.operation()
 
+    async def ping(self) -> None:
+        """PING every node that holds data, for readiness probes: each primary of a cluster
+        (a dead master refuses the connection at once, while the cluster itself takes its
+        node timeout to declare it failed), the one node otherwise. An operation of its own,
+        within the tier's bound; raises :class:`CacheUnavailable` when a node does not
+        answer. Changes nothing."""
+        client = self.client
+        with self._calls.operation():
+            if isinstance(client, RedisCluster):
+                await self._calls.call(
+                    "ping", lambda: client.ping(target_nodes=RedisCluster.PRIMARIES)
+                )
+            else:
+                await self._calls.call("ping", client.ping)
+
     def _script(self, source: str) -> Script:
         script = self._scripts.get(source)
         if script is None:

@@ -47,7 +47,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..model import urls
-from ..model.errors import ConfigError, StoreUnavailable
+from ..model.errors import CacheUnavailable, ConfigError
 from .redis_layout import DEFAULT_GROUPS
 
 __all__ = ["Calls", "Opened", "failure_bound_s", "open_url"]
@@ -276,9 +276,9 @@ class Calls:
         failed = _FAILED_IN_CALL.get()
         earlier = None if failed is None else failed.get(id(self))
         if self.closed:
-            raise StoreUnavailable("Redis hot tier is closed")
+            raise CacheUnavailable("Redis hot tier is closed")
         if earlier is not None:
-            raise StoreUnavailable(f"Redis {what} not tried: {earlier}")
+            raise CacheUnavailable(f"Redis {what} not tried: {earlier}")
         token = BY_SOURCE.set(False)
         try:
             return await self._attempts(what, make, failed)
@@ -309,8 +309,8 @@ class Calls:
             reason = str(exc) or f"no answer within {bound:g} s"
             if failed is not None:
                 failed[id(self)] = f"Redis failed earlier in this call ({reason})"
-            raise StoreUnavailable(f"Redis {what} failed: {reason}") from exc
+            raise CacheUnavailable(f"Redis {what} failed: {reason}") from exc
         except (RedisError, RedisClusterException) as exc:
             if failed is not None and isinstance(exc, (*_TOPOLOGY_ERRORS, RedisClusterException)):
                 failed[id(self)] = f"Redis failed earlier in this call ({exc})"
-            raise StoreUnavailable(f"Redis {what} failed: {exc}") from exc
+            raise CacheUnavailable(f"Redis {what} failed: {exc}") from exc

@@ -25,6 +25,13 @@ belongs to the run, not to the channel's conversation, and the system prompt is 
 Each captured turn starts a new :class:`~shortterm.Turn`, so the one-update-per-turn guard of
 the tool holds per answer.
 
+**Several people in one channel.** A capture reads the channel's stored messages and writes
+them back with the turn. In one process, the captures of a channel (its live scope, on one
+memory) take turns at that read and write, so two users' turns saved at the same moment are
+both kept. Across processes sharing a hot tier they are not serialised: the tier's capture
+replaces the stored list, and a turn another process captured between this one's read and its
+write is lost (docs/langchain.md, "Limits").
+
 **Clearing** (:meth:`ShortTermChatHistory.aclear`) forgets this channel like the Discord cog's
 ``/refresh``: every user, persona and scope of it, in both tiers. What other channels remember
 still comes back as the ``SystemMessage``.
@@ -40,11 +47,12 @@ where the history was created. Called inside a running loop, they raise
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..memory.turn_args import TurnArgs
-from ..model import Message, Reply
+from ..model import Message, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
 
@@ -72,6 +80,22 @@ T = TypeVar("T")
 
 SYNC_TIMEOUT_S = 30.0  # a sync call waits this long for the memory's loop
 _NAME = "ShortTermChatHistory"
+
+# One lock per (memory, live scope) while someone holds or waits for it: a capture reads the
+# scope's messages and writes them back, so within one process captures take turns.
+_SCOPE_LOCKS: weakref.WeakValueDictionary[tuple[int, ScopeKey], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _scope_lock(memory: Memory, key: ScopeKey) -> asyncio.Lock:
+    """The lock of ``key``'s read-and-write on ``memory`` (kept while it is referenced: a
+    memory's id cannot be reused while a task that holds its lock keeps it alive)."""
+    ident = (id(memory), key)
+    lock = _SCOPE_LOCKS.get(ident)
+    if lock is None:
+        lock = _SCOPE_LOCKS[ident] = asyncio.Lock()
+    return lock
 
 
 class SyncInsideLoop(ShortTermError, RuntimeError):
@@ -170,17 +194,23 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         self, said: Sequence[HumanMessage | AIMessage], answers: Sequence[BaseMessage]
     ) -> None:
         turn = self.turn
-        # The fence before the read: the stored messages go back in as history, so a forget
-        # landing after this read must drop the capture rather than see them written again.
-        fence = await self.memory.begin_write(turn.user_id)
-        entry = await self.memory.get(turn.live_key)
-        history = list(entry.messages) if entry is not None else []
+        new: list[Message] = []
         for m in said:
             if isinstance(m, AIMessage):  # an earlier answer of the same batch
-                history.append(Message("assistant", _text(m), speaker=turn.bot_name))
+                new.append(Message("assistant", _text(m), speaker=turn.bot_name))
             else:
-                history.append(self._as_shortterm(m))
-        await turn.capture(history, [Reply(_text(m)) for m in answers], fence=fence)
+                new.append(self._as_shortterm(m))
+        live = turn.live_key
+        # Within this process, another history's capture of the channel waits for this one's
+        # read and write (and this one for it): neither writes back a list without the other.
+        async with _scope_lock(self.memory, live):
+            # The fence before the read: the stored messages go back in as history, so a
+            # forget landing after this read must drop the capture rather than see them
+            # written again.
+            fence = await self.memory.begin_write(turn.user_id)
+            entry = await self.memory.get(live)
+            history = [*(entry.messages if entry is not None else ()), *new]
+            await turn.capture(history, [Reply(_text(m)) for m in answers], fence=fence)
         self._pending = []
         self.turn = self.memory.turn_from(self._args)  # the next answer is a new turn
 

@@ -17,19 +17,28 @@ session=...)`` and the SDK reads the prompt's history from it and hands it each 
   outputs, reasoning and operator (system / developer) items are not kept: they are the
   run's machinery, not the channel's dialogue, and the memory tool keeps what is worth
   keeping of them.
-- :meth:`~ShortTermSession.pop_item`: the newest message held for the turn, else the newest
-  message of this channel's memory (removed from its user scope too when it is last there).
+- :meth:`~ShortTermSession.pop_item`: the newest message held for the turn, else the caller's
+  newest message in this channel's memory: one they wrote, or a reply of the bot to one they
+  wrote (a reply belongs to the user message before it). Another person's messages, and the
+  bot's replies to them, stay. Removed from the caller's own scope too.
 - :meth:`~ShortTermSession.clear_session`: forgets the channel, as the Discord cog's
   ``/refresh`` does (``memory.clear_channel``: every user, persona and scope of it).
 
 A session serves one run at a time (its methods take a lock); in a multi-party chat create
 one per incoming message, since the triggering user is part of it.
+
+In one process, the captures and pops of a channel (its live scope, on one memory) take turns
+at their read and write, so two users' turns saved at the same moment are both kept. Across
+processes sharing a hot tier they are not serialised: the tier's capture replaces the stored
+list, and a turn another process captured between this one's read and its write is lost (see
+docs/openai-agents.md, "Several people in one channel").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +67,22 @@ if TYPE_CHECKING:
 __all__ = ["ShortTermSession"]
 
 _SET_PER_RUN = ("user_message", "has_tools")  # the run's own, not the session's
+
+# One lock per (memory, live scope) while someone holds or waits for it: a capture or pop reads
+# the scope's messages and writes them back, so within one process they take turns.
+_SCOPE_LOCKS: weakref.WeakValueDictionary[tuple[int, ScopeKey], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _scope_lock(memory: Memory, key: ScopeKey) -> asyncio.Lock:
+    """The lock of ``key``'s read-and-write on ``memory`` (kept while it is referenced: a
+    memory's id cannot be reused while a task that holds its lock keeps it alive)."""
+    ident = (id(memory), key)
+    lock = _SCOPE_LOCKS.get(ident)
+    if lock is None:
+        lock = _SCOPE_LOCKS[ident] = asyncio.Lock()
+    return lock
 
 
 class ShortTermSession:
@@ -163,8 +188,9 @@ class ShortTermSession:
                 await self._capture()
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest message: one held for the run in progress, else the
-        newest of this channel's memory. ``None`` when there is none."""
+        """Remove and return the caller's newest message: one held for the run in progress,
+        else the newest in this channel's memory that this user wrote or that the bot wrote
+        in reply to them. ``None`` when there is none."""
         async with self._lock:
             if self._replies:
                 return self._as_item(self._reply(self._replies.pop()))
@@ -231,12 +257,13 @@ class ShortTermSession:
 
     async def _capture(self) -> None:
         turn = self._current_turn()
-        # The fence before the read: a forget landing after it drops this capture, so the
-        # stored messages it extends cannot come back.
-        fence = await self.memory.begin_write(turn.user_id)
-        history = [*await self._stored(turn), *self._said]
         replies = [Reply(text, persona_id=self._args.persona_id) for text in self._replies]
-        await turn.capture(history=history, replies=replies, fence=fence)
+        async with _scope_lock(self.memory, turn.live_key):
+            # The fence before the read: a forget landing after it drops this capture, so the
+            # stored messages it extends cannot come back.
+            fence = await self.memory.begin_write(turn.user_id)
+            history = [*await self._stored(turn), *self._said]
+            await turn.capture(history=history, replies=replies, fence=fence)
         self._said.clear()
         self._replies.clear()
         self._turn = None  # the next run is a new turn, with its own guards
@@ -244,22 +271,46 @@ class ShortTermSession:
     async def _pop_stored(self) -> TResponseInputItem | None:
         turn = self._current_turn()
         live = turn.live_key
-        fence = await self.memory.begin_write(turn.user_id)  # before the read, as in capture
-        entry = await self.memory.get(live)
-        if entry is None or not entry.messages:
-            return None
-        newest = entry.messages[-1]
-        scopes = [(live, entry.messages[:-1])]
-        personal = turn.user_key(turn.persona_id)
-        if personal != live:
-            mine = await self.memory.get(personal)
-            if mine is not None and mine.messages and mine.messages[-1] == newest:
-                scopes.append((personal, mine.messages[:-1]))
-        meta = turn.meta(turn.persona_lineage_id)
-        await self.memory.write_capture(
-            scopes, meta, increment=None, fence=fence, now=self.memory.clock()
-        )
-        return self._as_item(newest)
+        async with _scope_lock(self.memory, live):
+            fence = await self.memory.begin_write(turn.user_id)  # before the read, as in capture
+            entry = await self.memory.get(live)
+            if entry is None:
+                return None
+            stored = entry.messages
+            at = _newest_of(stored, self._args.user_id, everything=live.kind == "user")
+            if at is None:
+                return None
+            popped = stored[at]
+            scopes = [(live, (*stored[:at], *stored[at + 1 :]))]
+            personal = turn.user_key(turn.persona_id)
+            if personal != live:
+                mine = await self.memory.get(personal)
+                kept = mine.messages if mine is not None else ()
+                there = next((i for i in reversed(range(len(kept))) if kept[i] == popped), None)
+                if there is not None:
+                    scopes.append((personal, (*kept[:there], *kept[there + 1 :])))
+            meta = turn.meta(turn.persona_lineage_id)
+            await self.memory.write_capture(
+                scopes, meta, increment=None, fence=fence, now=self.memory.clock()
+            )
+        return self._as_item(popped)
+
+
+def _newest_of(messages: Sequence[Message], user_id: str, *, everything: bool) -> int | None:
+    """The index of ``user_id``'s newest message: one they wrote, or an assistant message
+    answering one they wrote (it follows it, before the next user message). A reply at the
+    head of the list lost its question to the window and is nobody's. ``everything``: the
+    list is the user's own scope (a DM), where every message is theirs."""
+    if everything:
+        return len(messages) - 1 if messages else None
+    owner: str | None = None  # whose turn each message belongs to, oldest first
+    mine = None
+    for i, m in enumerate(messages):
+        if m.role == "user":
+            owner = m.author_id
+        if owner == user_id:
+            mine = i
+    return mine
 
 
 def _describe(key: ScopeKey) -> str:

@@ -1,14 +1,16 @@
-"""Counters and the durable tier's health, as one process saw them.
+"""Counters and the health of both tiers, as one process saw them.
 
 Every path that meets a failing durable tier reports it here, so the facade's outage state
-(``degraded``) and the counters in ``Memory.stats()`` have one keeper.
+(``degraded``) and the counters in ``Memory.stats()`` have one keeper. A failing hot tier
+(Redis: :class:`CacheUnavailable`) is kept apart (``cache_errors``, ``cache_degraded``): it
+says nothing about the durable tier, and a context cannot be served without it.
 """
 
 from __future__ import annotations
 
 import logging
 
-from ..model.errors import StoreUnavailable
+from ..model.errors import CacheUnavailable, StoreUnavailable
 
 __all__ = ["COUNTERS", "Health"]
 
@@ -27,15 +29,18 @@ COUNTERS = (
     "fenced_writes",
     "journal_entries",
     "journal_errors",
+    "cache_errors",
 )
 
 
 class Health:
-    """The counters, and whether the durable tier is failing (logged once per outage)."""
+    """The counters, and whether the durable tier and the hot tier are failing (each logged
+    once per outage)."""
 
     def __init__(self) -> None:
         self._counts = dict.fromkeys(COUNTERS, 0)
         self.degraded = False
+        self.cache_degraded = False
 
     def count(self, name: str, n: int = 1) -> None:
         self._counts[name] += n  # a KeyError names a counter that does not exist
@@ -44,10 +49,12 @@ class Health:
         return self._counts[name]
 
     def counts(self) -> dict[str, int]:
-        return dict(self._counts)
+        """The counters, and ``cache_degraded`` (``Memory.stats()`` adds ``degraded``)."""
+        return {**self._counts, "cache_degraded": self.cache_degraded}
 
     def failed(self, what: str, exc: StoreUnavailable, *, counted: bool = True) -> None:
-        """The durable tier failed during ``what``; ``counted`` adds one to store_errors."""
+        """The durable tier failed during ``what``; ``counted`` adds one to store_errors.
+        A failure of the hot tier goes to :meth:`cache_failed` instead."""
         if counted:
             self._counts["store_errors"] += 1
         if not self.degraded:
@@ -59,3 +66,17 @@ class Health:
         if self.degraded:
             self.degraded = False
             log.info("shortterm durable tier is back")
+
+    def cache_failed(self, what: str, exc: CacheUnavailable) -> None:
+        """The hot tier failed during ``what``: one more cache_errors; the durable tier's
+        state is left as it is."""
+        self._counts["cache_errors"] += 1
+        if not self.cache_degraded:
+            self.cache_degraded = True
+            log.warning("shortterm hot tier failed during %s: %s", what, exc)
+
+    def cache_ok(self) -> None:
+        """The hot tier answered every read of a call."""
+        if self.cache_degraded:
+            self.cache_degraded = False
+            log.info("shortterm hot tier is back")

@@ -24,12 +24,12 @@ mid-read degrades the context to what the hot tier holds; the failure is counted
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..model import Entry, Privacy, ScopeKey, ScopeKind
-from ..model.errors import InvalidInput, StoreUnavailable
+from ..model.errors import CacheUnavailable, InvalidInput, StoreUnavailable
 from ..prompt.context import Context, ContextItem
 from ..prompt.render import (
     Origin,
@@ -55,10 +55,13 @@ if TYPE_CHECKING:
 __all__ = ["build_context"]
 
 TokenCounter = Callable[[str], int]
+_T = TypeVar("_T")
 
 
 class _Reader:
-    """Durable reads for one context build; a failure degrades instead of failing the turn."""
+    """Durable reads for one context build; a durable failure degrades instead of failing the
+    turn. A degraded context is served from the hot tier, so a failure of the hot tier itself
+    fails the build: counted and logged as the hot tier's, never as the durable tier's."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -66,15 +69,32 @@ class _Reader:
         self._reads = engine.health.value("read_through")
 
     def done(self) -> None:
-        """A build that reached the durable tier without a failure shows it is back."""
-        if not self.degraded and self.engine.health.value("read_through") > self._reads:
-            self.engine.health.ok()
+        """The build is served, every hot-tier read of it answered: a degraded one is counted
+        now (one that failed later was not served), and one that reached the durable tier
+        without a failure shows it is back."""
+        health = self.engine.health
+        health.cache_ok()
+        if self.degraded:
+            health.count("degraded_contexts")
+        elif health.value("read_through") > self._reads:
+            health.ok()
 
     def _failed(self, exc: StoreUnavailable) -> None:
-        if not self.degraded:
-            self.degraded = True
-            self.engine.health.count("degraded_contexts")
+        """A read that falls back to the hot tier failed: a durable failure degrades the
+        build, the hot tier's own is raised (there is nothing to fall back to)."""
+        if isinstance(exc, CacheUnavailable):
+            self.engine.health.cache_failed("context", exc)
+            raise exc
+        self.degraded = True
         self.engine.health.failed("context", exc)
+
+    async def _hot(self, read: Awaitable[_T]) -> _T:
+        """A read of the hot tier alone; its failure is the hot tier's."""
+        try:
+            return await read
+        except CacheUnavailable as exc:
+            self._failed(exc)
+            raise
 
     async def refresh_settings(self) -> None:
         try:
@@ -97,7 +117,7 @@ class _Reader:
             return await self.engine.live(key, followed=True)  # refresh_settings followed
         except StoreUnavailable as exc:
             self._failed(exc)
-            entry = await self.engine.tiers.cache.get(key, self.engine.clock())
+            entry = await self._hot(self.engine.tiers.cache.get(key, self.engine.clock()))
             return entry, await self.counter(key, entry)
 
     async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
@@ -105,8 +125,8 @@ class _Reader:
             return await self.engine.owner_entries(kind, owner_id)
         except StoreUnavailable as exc:
             self._failed(exc)
-            entries, _ = await self.engine.tiers.cache.owner_entries(
-                kind, owner_id, self.engine.clock()
+            entries, _ = await self._hot(
+                self.engine.tiers.cache.owner_entries(kind, owner_id, self.engine.clock())
             )
             return entries
 
@@ -114,7 +134,7 @@ class _Reader:
         if entry is not None:
             return entry.turns_since_refresh
         # Nothing live to show, but the counter may still be cached (``get`` read it through).
-        turns = await self.engine.tiers.cache.counter(key, self.engine.clock())
+        turns = await self._hot(self.engine.tiers.cache.counter(key, self.engine.clock()))
         return turns or 0
 
 

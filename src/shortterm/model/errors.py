@@ -6,15 +6,25 @@
     ├── InvalidInput      (also a ValueError): a caller passed something we refuse
     ├── ConfigError       : configuration (URLs, environment) cannot be used
     ├── StoreUnavailable  : a durable or shared backend failed; nothing was acknowledged
+    │   └── CacheUnavailable : the failing backend is the hot tier (Redis), not the store
     └── ExtraMissing      (also an ImportError): an optional dependency is not installed
 
 Backends wrap their driver errors with ``raise StoreUnavailable(...) from exc`` so callers
-never need to know which driver is underneath.
+never need to know which driver is underneath. The Redis hot tier raises
+:class:`CacheUnavailable`, so that a caller (the sidecar, the health counters) can tell which
+tier failed; ``except StoreUnavailable`` catches both.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ExtraMissing", "InvalidInput", "ShortTermError", "StoreUnavailable"]
+__all__ = [
+    "CacheUnavailable",
+    "ConfigError",
+    "ExtraMissing",
+    "InvalidInput",
+    "ShortTermError",
+    "StoreUnavailable",
+]
 
 
 class ShortTermError(Exception):
@@ -47,6 +57,12 @@ class StoreUnavailable(ShortTermError):
     def __init__(self, message: str = "", *, maybe_applied: bool = False) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
+
+
+class CacheUnavailable(StoreUnavailable):
+    """The hot tier (Redis) failed, not the durable store. A :class:`StoreUnavailable`, so
+    existing handlers keep working; the durable tier may well be fine (a capture's durable
+    counter step, for one, may already be committed)."""
 
 
 class ExtraMissing(ShortTermError, ImportError):

@@ -123,11 +123,19 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     app.include_router(api)
     app.include_router(inspector)
 
-    @app.get("/healthz", tags=["service"], summary="Liveness")
+    # cache_degraded is left out while false: the healthy answer stays what it always was.
+    @app.get("/healthz", tags=["service"], summary="Liveness", response_model_exclude_defaults=True)
     async def healthz() -> HealthOut:
         """Answers while the process serves; never needs a token. `degraded` is true while
-        the durable tier is failing (reads then come from the hot tier alone)."""
-        return HealthOut(status="ok", degraded=bool(memory.stats().get("degraded", False)))
+        the durable tier is failing (reads then come from the hot tier alone);
+        `cache_degraded` is present, and true, while the hot tier is failing (turns then
+        fail with 503 `cache_unavailable`)."""
+        stats = memory.stats()
+        return HealthOut(
+            status="ok",
+            degraded=bool(stats.get("degraded", False)),
+            cache_degraded=bool(stats.get("cache_degraded", False)),
+        )
 
     @app.get(
         "/readyz",

@@ -11,6 +11,7 @@
     body over max_body_bytes                  413  payload_too_large   (middleware)
     missing or wrong bearer token             401  unauthorized        (middleware)
     StoreUnavailable                          503  store_unavailable   (Retry-After: 1)
+    CacheUnavailable (the hot tier, Redis)    503  cache_unavailable   (Retry-After: 1)
     anything else                             500  internal_error      (no details leak)
 
 Each answer is a :class:`~shortterm.sidecar.schemas.Problem` JSON body, encoded as ASCII so
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import compile_path
 
-from ..model.errors import InvalidInput, ShortTermError, StoreUnavailable
+from ..model.errors import CacheUnavailable, InvalidInput, ShortTermError, StoreUnavailable
 from .schemas import Problem
 from .schemas.base import valid_json
 
@@ -112,6 +113,16 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _cache_unavailable(request: Request, exc: Exception) -> Response:
+    # Not "nothing was changed": a capture's durable counter step may be committed already.
+    return problem_response(
+        503,
+        "cache_unavailable",
+        f"the hot tier (the Redis cache) is unavailable: {exc}",
+        headers={"Retry-After": "1"},
+    )
+
+
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
@@ -164,6 +175,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InvalidInput, _invalid)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(StoreUnavailable, _unavailable)
+    app.add_exception_handler(CacheUnavailable, _cache_unavailable)  # the most specific wins
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(ShortTermError, _library)
     app.add_exception_handler(Exception, _crash)
@@ -180,7 +192,9 @@ _DOCS: dict[int, tuple[str, str, str]] = {
           "the request body is larger than 1048576 bytes"),
     422: ("invalid_input", "A field is invalid (named in `field`) or the body is not JSON.",
           "user_id: String should have at least 1 character"),
-    503: ("store_unavailable", "The durable tier failed; nothing was changed. Retry later.",
+    503: ("store_unavailable",
+          "The durable tier failed (`store_unavailable`; nothing was changed), or the hot tier "
+          "did (`cache_unavailable`). Retry later.",
           "the memory backend is unavailable, nothing was changed: …"),
 }  # fmt: skip
 

@@ -57,6 +57,12 @@ STATS: dict[str, Stat] = {
         "1 while the durable tier is failing: turns are served from the hot tier alone, "
         "durable writes are refused (see /readyz).",
     ),
+    "cache_degraded": Stat(
+        "cache_degraded",
+        "gauge",
+        "1 while the hot tier (Redis) is failing: turns fail with 503 cache_unavailable "
+        "(see /readyz); the durable tier's state is shortterm_degraded.",
+    ),
     "hydration_s": Stat(
         "hydration_seconds",
         "gauge",
@@ -106,13 +112,20 @@ STATS: dict[str, Stat] = {
     "degraded_contexts": Stat(
         "degraded_contexts",
         "counter",
-        "Turn contexts rendered from the hot tier alone because the durable tier failed.",
+        "Turn contexts served from the hot tier alone because the durable tier failed (a "
+        "context the hot tier could not serve either is not counted).",
     ),
     "store_errors": Stat(
         "store_errors",
         "counter",
         "Durable-tier operations that failed; any rise means the store (SQLite file, "
         "PostgreSQL) needs attention.",
+    ),
+    "cache_errors": Stat(
+        "cache_errors",
+        "counter",
+        "Hot-tier (Redis) failures that failed a turn's context; any rise means Redis needs "
+        "attention. Not counted in store_errors.",
     ),
     "read_through": Stat(
         "read_through", "counter", "Hot-tier misses answered from the durable tier."

@@ -4,14 +4,18 @@
 ``degraded`` flag only changes when a request meets the store, so it says nothing while no
 traffic flows (and stays set after an outage until traffic clears it). Readiness asks both
 tiers itself instead, each with one cheap read (the journal head; one hot-tier record) bounded
-by ``timeout_s``. The answer is kept for ``max_age_s``: a load balancer, a Kubernetes probe and
-a monitoring scrape hitting every replica cost one round trip per tier per second, and
-concurrent requests share one probe.
+by ``timeout_s``. A hot tier that can ``ping`` (Redis) is also pinged on every node that holds
+data: a Redis Cluster's dead master refuses connections at once, but the one record read
+reaches only its own slot's master, and the cluster takes its node timeout (seconds) to
+declare the master failed. The answer is kept for ``max_age_s``: a load balancer, a Kubernetes
+probe and a monitoring scrape hitting every replica cost one round trip per tier per second,
+and concurrent requests share one probe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -71,6 +75,14 @@ class _Probe:
         raise failure
 
 
+async def _ping_cache(memory: Memory) -> None:
+    """Every node of a shared hot tier (when it can ``ping``), then one record's read."""
+    ping = getattr(memory.cache, "ping", None)
+    if ping is not None:
+        await ping()
+    await memory.ping_cache()
+
+
 def _retrieve(task: asyncio.Task[object]) -> None:
     # A read given up on may fail later with nobody awaiting it: its error is reported by
     # the probe that follows, not by asyncio's "exception was never retrieved".
@@ -96,7 +108,7 @@ class Readiness:
         self._last: tuple[float, Verdict] | None = None
 
         self._store = _Probe("store", memory.ping_store)
-        self._cache = _Probe("cache", memory.ping_cache)
+        self._cache = _Probe("cache", functools.partial(_ping_cache, memory))
 
     async def check(self) -> Verdict:
         async with self._lock:  # a request that waited here reuses the probe it waited for

@@ -23,6 +23,13 @@ class HealthOut(BaseModel):
 
     status: Literal["ok"]
     degraded: bool = Field(description="The durable tier failed recently (serving degraded).")
+    cache_degraded: bool = Field(
+        default=False,
+        description=(
+            "The hot tier (Redis) failed recently: turns fail with 503 cache_unavailable. "
+            "Only present (true) while it is so; the durable tier's state is `degraded`."
+        ),
+    )
 
 
 class ReadyOut(BaseModel):
