@@ -30,6 +30,7 @@ if not cur[1] then create(rk, ARGV[3], ARGV[4]) end
 if row_rev ~= '' then
   redis.call('HSET', rk, 'rev', row_rev, 'd', ARGV[7])
   set_or_del(rk, 'vexp', ARGV[8])
+  set_or_del(rk, 'wd', ARGV[15])
 end
 local meta = ARGV[6]
 if cur[3] and cjson.decode(cur[3])[5] == true then
@@ -37,6 +38,7 @@ if cur[3] and cjson.decode(cur[3])[5] == true then
   if m[5] ~= true then m[5] = true; meta = cjson.encode(m) end  -- private is sticky
 end
 redis.call('HSET', rk, 'meta', meta, 'm', ARGV[9])
+set_or_del(rk, 'wm', ARGV[15])
 set_or_del(rk, 'mexp', ARGV[10])
 set_authors(rk, member, cur[2], ARGV[11])
 finish(rk, member, ARGV[12], ARGV[13], tonumber(ARGV[14]))

@@ -370,3 +370,28 @@ async def test_our_own_forget_makes_the_next_write_list_its_key(open_cache: Open
     await mine.capture(key, msgs("again"), META, None, T0 + 1)
     [entry] = (await theirs.owner_entries("server", "g1", T0 + 1))[0]
     assert [m.content for m in entry.messages] == ["again"]
+
+
+async def test_a_replayed_forget_evicts_what_predates_it_and_keeps_what_began_after(
+    open_cache: Opener,
+) -> None:
+    """A forget the tier never applied (its process died after committing, or Redis went
+    back in time) is replayed from the journal when a process knows of it: the write that
+    began before it goes, the one that began after it (new data) stays."""
+    from shortterm.model.fence import WriteFence
+
+    cache = await open_cache()
+    store = ReferenceStore()
+    assert isinstance(cache, RedisCache)
+    await cache.repair(store, T0)  # every group marked at the journal's start
+    seq = (await store.forget_channel("c1", now=T0)).seq  # never applied to this tier
+    older, newer = ScopeKey.server("g1", "c1", "p1"), ScopeKey.user("u1", "c1", "p1")
+    await cache.capture(older, msgs("before the clear"), META, None, T0, WriteFence(seq - 1))
+    await cache.capture(newer, msgs("after the clear"), META, None, T0, WriteFence(seq))
+    cache.followed(seq)
+    assert await cache.get(newer, T0) is None  # the group is short of the clear: not served
+    assert cache.journal_due(seq)
+    assert await cache.repair(store, T0) == seq
+    assert await cache.get(older, T0) is None
+    kept = await cache.get(newer, T0)
+    assert kept is not None and [m.content for m in kept.messages] == ["after the clear"]

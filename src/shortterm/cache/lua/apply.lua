@@ -9,6 +9,7 @@ local cur = redis.call('HGET', rk, 'rev')
 if cur and tonumber(cur) >= tonumber(ARGV[5]) then return totals(0) end
 if not cur then create(rk, ARGV[3], ARGV[4]) end
 redis.call('HSET', rk, 'rev', ARGV[5], 'meta', ARGV[6], 'd', ARGV[7])
+set_or_del(rk, 'wd', ARGV[12])  -- where the write began: see `predates` in the prelude
 set_or_del(rk, 'vexp', ARGV[8])
 finish(rk, member, ARGV[9], ARGV[10], tonumber(ARGV[11]))
 return totals(1)

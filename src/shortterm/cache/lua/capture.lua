@@ -51,6 +51,7 @@ local function capture(i)
   if not cur[1] then create(rk, ARGV[i + 1], ARGV[i + 2]) end
   if row_rev ~= '' then
     redis.call('HSET', rk, 'rev', row_rev, 'd', ARGV[i + 5])
+    set_or_del(rk, 'wd', pos)  -- where the write began: see `predates` in the prelude
     set_or_del(rk, 'vexp', ARGV[i + 6])
   end
   if cur[3] and cjson.decode(cur[3])[5] == true then
@@ -58,6 +59,7 @@ local function capture(i)
     if decoded[5] ~= true then decoded[5] = true; meta = cjson.encode(decoded) end  -- sticky
   end
   redis.call('HSET', rk, 'meta', meta, 'm', m)
+  set_or_del(rk, 'wm', pos)
   set_or_del(rk, 'mexp', m_exp)
   set_authors(rk, member, cur[2], au)
   finish(rk, member, now, mexp, margin)

@@ -139,13 +139,31 @@ local function record(seq_s, targets, now, horizon, settings)
   end
 end
 
--- Remove every record an index lists ('z': a sorted set, 's': a set), and the index.
-local function remove_listed(index, how)
+-- Whether a record holds anything written by a write that began before journal position
+-- `seq`: its messages ('m', written at 'wm') or its durable mirror ('d', at 'wd'); a value
+-- without a position (an unfenced write) counts as older. A replayed forget evicts only such
+-- records: one written wholly by writes that began after it is new data, not what it forgot.
+local function predates(member, seq)
+  local f = redis.call('HMGET', P .. 'e:' .. member, 'm', 'wm', 'd', 'wd')
+  for k = 1, 3, 2 do
+    if f[k] and f[k] ~= '' then
+      local at = tonumber(f[k + 1] or '')
+      if not at or at < seq then return true end
+    end
+  end
+  return false
+end
+
+-- Remove every record an index lists ('z': a sorted set, 's': a set), and the index;
+-- with `seq`, only the records that predate it (and the index only once it lists none).
+local function remove_listed(index, how, seq)
   local members
   if how == 'z' then members = redis.call('ZRANGE', index, 0, -1)
   else members = redis.call('SMEMBERS', index) end
-  local n = 0
-  for _, member in ipairs(members) do n = n + remove(member) end
-  redis.call('DEL', index)
+  local n, kept = 0, false
+  for _, member in ipairs(members) do
+    if seq == nil or predates(member, seq) then n = n + remove(member) else kept = true end
+  end
+  if not kept then redis.call('DEL', index) end
   return n
 end

@@ -4,9 +4,10 @@
 -- the mark is below `key` (a prune deleted entries the group never had applied).
 -- Brings the group's mark up to `to`, atomically with what that promises: every journaled
 -- forget above the mark (the entries given are those in (`from`, `to`]) has its tombstones
--- recorded and its records evicted here. Returns the mark: unchanged when it is at or past
--- `to`; 'short' when it is below `from` (the entries do not reach down to it); '' when the
--- group has no mark (it must be reset first).
+-- recorded and the records it names evicted here (those written wholly by writes that began
+-- after it are new data, and stay: see `predates`). Returns the mark: unchanged when it is at
+-- or past `to`; 'short' when it is below `from` (the entries do not reach down to it); ''
+-- when the group has no mark (it must be reset first).
 local to, from = tonumber(ARGV[2]), tonumber(ARGV[3])
 local raw = redis.call('GET', P .. 'fm')
 local fm = tonumber(raw or '')
@@ -25,12 +26,14 @@ for _ = 1, tonumber(ARGV[6]) do
   for e = 1, ne do
     local how, key = ARGV[i + 2 * e - 1], ARGV[i + 2 * e]
     if later then
-      if how == 'r' then remove(key)
+      local before = tonumber(seq)
+      if how == 'r' then
+        if predates(key, before) then remove(key) end
       elseif how == 'w' then
         if fm < tonumber(key) then
           for _, member in ipairs(redis.call('ZRANGE', P .. 'x', 0, -1)) do remove(member) end
         end
-      else remove_listed(key, how) end
+      else remove_listed(key, how, before) end
     end
   end
   i = i + 1 + 2 * ne
