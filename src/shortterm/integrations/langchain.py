@@ -47,14 +47,14 @@ where the history was created. Called inside a running loop, they raise
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..memory.turn_args import TurnArgs
-from ..model import Message, Reply, ScopeKey
+from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
+from .scope_locks import scope_lock
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -80,22 +80,6 @@ T = TypeVar("T")
 
 SYNC_TIMEOUT_S = 30.0  # a sync call waits this long for the memory's loop
 _NAME = "ShortTermChatHistory"
-
-# One lock per (memory, live scope) while someone holds or waits for it: a capture reads the
-# scope's messages and writes them back, so within one process captures take turns.
-_SCOPE_LOCKS: weakref.WeakValueDictionary[tuple[int, ScopeKey], asyncio.Lock] = (
-    weakref.WeakValueDictionary()
-)
-
-
-def _scope_lock(memory: Memory, key: ScopeKey) -> asyncio.Lock:
-    """The lock of ``key``'s read-and-write on ``memory`` (kept while it is referenced: a
-    memory's id cannot be reused while a task that holds its lock keeps it alive)."""
-    ident = (id(memory), key)
-    lock = _SCOPE_LOCKS.get(ident)
-    if lock is None:
-        lock = _SCOPE_LOCKS[ident] = asyncio.Lock()
-    return lock
 
 
 class SyncInsideLoop(ShortTermError, RuntimeError):
@@ -203,7 +187,7 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         live = turn.live_key
         # Within this process, another history's capture of the channel waits for this one's
         # read and write (and this one for it): neither writes back a list without the other.
-        async with _scope_lock(self.memory, live):
+        async with scope_lock(self.memory, live):
             # The fence before the read: the stored messages go back in as history, so a
             # forget landing after this read must drop the capture rather than see them
             # written again.

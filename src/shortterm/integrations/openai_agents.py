@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +48,7 @@ from ..prompt.context import Context
 from ..prompt.inject import inject
 from ..tool.spec import render
 from ..tool.texts import TOOL_NAME
+from .scope_locks import scope_lock
 
 try:
     from agents import FunctionTool, RunContextWrapper, TResponseInputItem
@@ -67,22 +67,6 @@ if TYPE_CHECKING:
 __all__ = ["ShortTermSession"]
 
 _SET_PER_RUN = ("user_message", "has_tools")  # the run's own, not the session's
-
-# One lock per (memory, live scope) while someone holds or waits for it: a capture or pop reads
-# the scope's messages and writes them back, so within one process they take turns.
-_SCOPE_LOCKS: weakref.WeakValueDictionary[tuple[int, ScopeKey], asyncio.Lock] = (
-    weakref.WeakValueDictionary()
-)
-
-
-def _scope_lock(memory: Memory, key: ScopeKey) -> asyncio.Lock:
-    """The lock of ``key``'s read-and-write on ``memory`` (kept while it is referenced: a
-    memory's id cannot be reused while a task that holds its lock keeps it alive)."""
-    ident = (id(memory), key)
-    lock = _SCOPE_LOCKS.get(ident)
-    if lock is None:
-        lock = _SCOPE_LOCKS[ident] = asyncio.Lock()
-    return lock
 
 
 class ShortTermSession:
@@ -258,7 +242,7 @@ class ShortTermSession:
     async def _capture(self) -> None:
         turn = self._current_turn()
         replies = [Reply(text, persona_id=self._args.persona_id) for text in self._replies]
-        async with _scope_lock(self.memory, turn.live_key):
+        async with scope_lock(self.memory, turn.live_key):
             # The fence before the read: a forget landing after it drops this capture, so the
             # stored messages it extends cannot come back.
             fence = await self.memory.begin_write(turn.user_id)
@@ -271,7 +255,7 @@ class ShortTermSession:
     async def _pop_stored(self) -> TResponseInputItem | None:
         turn = self._current_turn()
         live = turn.live_key
-        async with _scope_lock(self.memory, live):
+        async with scope_lock(self.memory, live):
             fence = await self.memory.begin_write(turn.user_id)  # before the read, as in capture
             entry = await self.memory.get(live)
             if entry is None:

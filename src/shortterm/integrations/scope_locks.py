@@ -1,0 +1,31 @@
+"""One lock per (memory, live scope) for the adapters that read a scope's messages and write
+them back (the Agents SDK session, the LangChain history): within one process, their captures
+and pops of one channel take turns, whichever adapter makes them."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import TYPE_CHECKING
+
+from ..model import ScopeKey
+
+if TYPE_CHECKING:
+    from ..memory.facade import Memory
+
+__all__ = ["scope_lock"]
+
+# Kept while someone holds or waits for it.
+_SCOPE_LOCKS: weakref.WeakValueDictionary[tuple[int, ScopeKey], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def scope_lock(memory: Memory, key: ScopeKey) -> asyncio.Lock:
+    """The lock of ``key``'s read-and-write on ``memory`` (kept while it is referenced: a
+    memory's id cannot be reused while a task that holds its lock keeps it alive)."""
+    ident = (id(memory), key)
+    lock = _SCOPE_LOCKS.get(ident)
+    if lock is None:
+        lock = _SCOPE_LOCKS[ident] = asyncio.Lock()
+    return lock
