@@ -20,7 +20,7 @@ from ..model.fence import (
     EVERY_TARGET,
     JOURNAL_RETENTION_S,
     WriteFence,
-    scope_targets,
+    fence_targets,
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
@@ -181,7 +181,7 @@ class InProcessCache(RecordBook):
         tombs, position = self._tombs, fence.position
         if tombs.get(EVERY_TARGET, 0) > position:
             return True  # the journal had a gap after it began (see JournalFollower)
-        targets = scope_targets(key, server_id, parent, fence.triggerer, fence.extra_targets)
+        targets = fence_targets(key, server_id, parent, fence)
         return any(tombs.get(t, 0) > position for t in targets)
 
     def _without_forgotten_authors(

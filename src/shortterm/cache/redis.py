@@ -113,7 +113,7 @@ class RedisCache:
         self._g = Groups(client, self.layout, self._calls)
         self._writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
         self._marks = self._g.marks  # each group's mark, as replies carry it (redis_marks)
-        self._eviction_checked = False
+        self._server_checked = False  # its topology and eviction policy, at the first repair
         self._token = uuid.uuid4().hex
         self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
         lifetime = max(crude_ttl_s, summary_ttl_s) + safety_margin_s
@@ -367,7 +367,7 @@ class RedisCache:
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
         try:
-            if not self._eviction_checked:
+            if not self._server_checked:
                 await self.check_topology()
                 await self.check_eviction()
             return await redis_repair.repair(self._g, journal, self._token, now, to)
@@ -385,7 +385,7 @@ class RedisCache:
         try:
             info = await self._calls.call("topology", lambda: self.client.info("cluster"))
         except StoreUnavailable as exc:
-            if "unknown command" in str(exc).lower() or "noperm" in str(exc).lower():
+            if _refused_command(exc):
                 return
             raise
         if str(info.get("cluster_enabled", 0)) != "1":
@@ -414,13 +414,13 @@ class RedisCache:
                 "eviction policy", lambda: self.client.config_get("maxmemory-policy")
             )
         except StoreUnavailable as exc:
-            if "unknown command" in str(exc).lower() or "noperm" in str(exc).lower():
+            if _refused_command(exc):
                 log.warning(
                     "shortterm could not read Redis's maxmemory-policy (%s): it must be "
                     "noeviction, or a forget may miss what Redis evicted",
                     exc,
                 )
-                self._eviction_checked = True
+                self._server_checked = True
                 return
             raise
         found = set(_policies(policies))
@@ -431,7 +431,7 @@ class RedisCache:
                 "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, "
                 "and in redis.conf); a full Redis then refuses new data, never a forget"
             )
-        self._eviction_checked = True
+        self._server_checked = True
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """Nothing to do: the process that purged the user already did it here."""
@@ -523,6 +523,13 @@ class RedisCache:
         self._calls.closed = True
         if self._owns_client:
             await self.client.aclose()
+
+
+def _refused_command(exc: StoreUnavailable) -> bool:
+    """Whether Redis refused the command itself (renamed or not permitted, as a managed
+    Redis may do with CONFIG and INFO), rather than failed to answer."""
+    said = str(exc).lower()
+    return "unknown command" in said or "noperm" in said
 
 
 def _policies(reply: Any) -> list[str]:

@@ -148,9 +148,9 @@ def _entries_args(
         elif e.kind == "server_channel" and len(subject) == 3:
             server, channel, persona = subject
             if server is not None and channel is not None and layout.group_of(channel) == group:
-                name = member(ScopeKey.server(server, channel, persona))
-                evictions.append(("r", name))
-                keys.append(layout.record(ScopeKey.server(server, channel, persona), name))
+                scope = ScopeKey.server(server, channel, persona)
+                evictions.append(("r", member(scope)))
+                keys.append(layout.record(scope, member(scope)))
         elif e.kind == "pruned":
             evictions.append(("w", subject[0] if subject and subject[0] else str(e.seq)))
         keys += [key for how, key in evictions if how in ("s", "z")]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import Message, ScopeKey, ScopeMeta, ScopeRow
-from ..model.fence import WriteFence, author_targets, scope_targets
+from ..model.fence import WriteFence, author_targets, fence_targets
 from .redis_codec import authors, dumps, durable_json, lua_float, member, message_json, meta_json
 from .redis_scripts import APPLY, CAPTURE, Groups
 
@@ -69,9 +69,7 @@ class Writes:
         d, vexp = durable_json(row, self.summary_ttl_s) if row is not None else ("", "")
         targets = "[]"
         if fence is not None:
-            targets = dumps(
-                scope_targets(key, meta.server_id, meta.parent_channel_id, fence.triggerer)
-            )
+            targets = dumps(fence_targets(key, meta.server_id, meta.parent_channel_id, fence))
         args = [
             member(key),
             self.g.layout.owner_index(group, key.kind, key.owner_id),
@@ -103,11 +101,7 @@ class Writes:
         targets = "[]"
         if fence is not None:
             m = row.meta
-            targets = dumps(
-                scope_targets(
-                    key, m.server_id, m.parent_channel_id, fence.triggerer, fence.extra_targets
-                )
-            )
+            targets = dumps(fence_targets(key, m.server_id, m.parent_channel_id, fence))
         name = member(key)
         owner_index = layout.owner_index(group, key.kind, key.owner_id)
         channel_index = layout.channel_index(key.channel_id)

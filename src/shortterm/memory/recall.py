@@ -93,7 +93,7 @@ class _Reader:
         try:
             return await read
         except CacheUnavailable as exc:
-            self._failed(exc)
+            self.engine.health.cache_failed("context", exc)
             raise
 
     async def refresh_settings(self) -> None:
