@@ -4,10 +4,8 @@
   belongs to the user message before it), never another person's, in the live scope and in
   the caller's own scope.
 - Two users' turns in one channel, answered at the same moment, both stay in the channel's
-  memory: within one process the adapters serialise their read and write of a scope; across
-  processes (two memories on PostgreSQL + Redis) one turn is still lost today, because the
-  hot tier's capture replaces the stored list (``xfail(strict=True)`` until the tier merges
-  by message identity inside its atomic write).
+  memory, in one process and across processes (two memories on PostgreSQL + Redis): the
+  adapters' captures append inside the hot tier's atomic write.
 
 Real SDK ``Session`` / ``BaseChatMessageHistory`` objects, real tiers.
 """
@@ -217,22 +215,12 @@ async def langchain_pair(
 
 PAIRS = {"agents": agents_pair, "langchain": langchain_pair}
 
-XFAIL_TWO_PROCESSES = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "across processes the hot tier's capture replaces the stored list with what the "
-        "adapter read plus its turn, so a turn another process captured after that read is "
-        "overwritten; needs a capture that merges by message identity inside the tier's "
-        "atomic write (capture.lua / InProcessCache._capture), see docs/langchain.md#limits"
-    ),
-)
-
 
 @pytest.fixture(
     params=[
         "sqlite+inprocess",
         "postgres+redis",
-        pytest.param("postgres+redis, two processes", marks=XFAIL_TWO_PROCESSES),
+        "postgres+redis, two processes",
     ]
 )
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, bool]:

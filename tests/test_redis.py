@@ -395,3 +395,32 @@ async def test_a_replayed_forget_evicts_what_predates_it_and_keeps_what_began_af
     assert await cache.get(older, T0) is None
     kept = await cache.get(newer, T0)
     assert kept is not None and [m.content for m in kept.messages] == ["after the clear"]
+
+
+async def test_an_appended_record_keeps_the_oldest_write_a_replayed_forget_compares(
+    open_cache: Opener,
+) -> None:
+    """Messages appended after a forget join messages written before it: the record is as
+    old as its oldest write, so a replay of that forget still evicts it; a record appended
+    to only by writes after the forget stays."""
+    from shortterm.model.fence import WriteFence
+
+    cache = await open_cache()
+    store = ReferenceStore()
+    assert isinstance(cache, RedisCache)
+    await cache.repair(store, T0)
+    seq = (await store.forget_channel("c1", now=T0)).seq  # never applied to this tier
+    mixed, fresh = ScopeKey.server("g1", "c1", "p1"), ScopeKey.user("u1", "c1", "p1")
+    await cache.capture(mixed, msgs("before the clear"), META, None, T0, WriteFence(seq - 1))
+    await cache.capture(fresh, msgs("after, first"), META, None, T0, WriteFence(seq))
+    for key in (mixed, fresh):
+        added = msgs("after, appended")
+        fence = WriteFence(seq)
+        assert await cache.capture_scopes([(key, added, None)], META, T0, fence, append=10)
+    cache.followed(seq)
+    assert await cache.get(fresh, T0) is None  # the group is short of the clear: not served
+    assert await cache.repair(store, T0) == seq
+    assert await cache.get(mixed, T0) is None
+    kept = await cache.get(fresh, T0)
+    assert kept is not None
+    assert [m.content for m in kept.messages] == ["after, first", "after, appended"]

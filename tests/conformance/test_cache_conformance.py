@@ -200,3 +200,83 @@ async def test_scope_keys_lists_every_held_key_in_batches(cache_factory: CacheFa
         assert batch
         seen.extend(batch)
     assert set(seen) == keys - {ScopeKey.server("g1", "c0", None)}
+
+
+# -- appending captures (the adapters': only a turn's new messages) ----------------------------
+
+TRICKY = ['say "]"', "back\\slash]", 'both \\"]",[', "emoji 🙂 ] [", ""]
+
+
+def said(*texts: str, author: str = "u1", at: float = T0) -> tuple[Message, ...]:
+    return tuple(
+        Message("user", t or " ", author_id=author, speaker="Ana", at=at, message_id=f"id-{t}")
+        for t in texts
+    )
+
+
+async def test_an_appending_capture_follows_the_stored_messages_byte_for_byte(
+    cache_factory: CacheFactory,
+) -> None:
+    """Stored messages whose text holds quotes, brackets and backslashes come back exactly,
+    the new ones after them, times unchanged (a Redis script joins the stored texts)."""
+    cache = await cache_factory()
+    first = (*said(*TRICKY), *msgs("no id"))
+    await cache.capture(S, first, META, None, T0)
+    new = said("next", at=T0 + 0.123456)
+    assert await cache.capture_scopes([(S, new, None)], META, T0 + 1, append=10) == 1
+    entry = await cache.get(S, T0 + 1)
+    assert entry is not None
+    assert entry.messages == (*first, *new)
+    assert entry.messages_at == T0 + 1
+
+
+async def test_an_appending_capture_replaces_a_stored_message_by_id_and_keeps_the_newest(
+    cache_factory: CacheFactory,
+) -> None:
+    cache = await cache_factory()
+    await cache.capture(S, said("a", "b", "c"), META, None, T0)
+    await cache.capture_scopes([(S, said("b", "d"), None)], META, T0 + 1, append=3)
+    entry = await cache.get(S, T0 + 1)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["c", "b", "d"]
+
+
+async def test_an_appending_capture_with_an_older_row_still_adds_its_messages(
+    cache_factory: CacheFactory,
+) -> None:
+    """Two turns appending at once: the one whose durable row is older lands second; its
+    messages are added, its older mirror is not (the counter stays the newer row's)."""
+    cache = await cache_factory()
+    store = ReferenceStore()
+    [old] = await store.touch([(S, META)], increment=S, now=T0)
+    [new] = await store.touch([(S, META)], increment=S, now=T0 + 1)
+    await cache.capture_scopes([(S, said("bo"), new)], META, T0 + 1, append=10)
+    await cache.capture_scopes([(S, said("ana"), old)], META, T0 + 2, append=10)
+    entry = await cache.get(S, T0 + 2)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["bo", "ana"]
+    assert entry.turns_since_refresh == 2
+    # A replacing capture keeps its rule: an older row's write is ignored whole.
+    await cache.capture(S, said("late"), META, old, T0 + 3)
+    assert [m.content for m in (await cache.get(S, T0 + 3) or entry).messages] == ["bo", "ana"]
+
+
+async def test_an_appending_capture_does_not_revive_expired_messages(
+    cache_factory: CacheFactory,
+) -> None:
+    cache = await cache_factory(crude_ttl_s=3600)
+    await cache.capture(S, said("old"), META, None, T0)
+    await cache.capture_scopes([(S, said("new"), None)], META, T0 + 2 * HOUR, append=10)
+    entry = await cache.get(S, T0 + 2 * HOUR)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["new"]
+
+
+async def test_an_appended_author_is_indexed_for_a_purge(cache_factory: CacheFactory) -> None:
+    cache = await cache_factory()
+    await cache.capture(S, said("from u1"), META, None, T0)
+    await cache.capture_scopes([(S, said("from u2", author="u2"), None)], META, T0, append=10)
+    assert await cache.scrub_author("u2", T0) == 1
+    entry = await cache.get(S, T0)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["from u1"]

@@ -79,12 +79,17 @@ class HotTier(Protocol):
         now: float,
         fence: WriteFence | None = None,
         step: ScopeKey | None = None,
+        append: int | None = None,
     ) -> int:
         """:meth:`capture` of every scope of one turn in one call (one round trip on a
         shared tier), each with its own durable row or ``None``. ``step`` names the scope
         whose cadence counter this tier steps itself, because its durable step is deferred
-        (a write-behind; only an unshared tier is given one). Returns how many scopes were
-        applied."""
+        (a write-behind; only an unshared tier is given one). With ``append`` (a count),
+        the messages follow the live stored ones instead of replacing them, a stored message
+        whose ``message_id`` one of them carries is dropped, and the newest ``append`` are
+        kept, all in the same atomic step, so concurrent appending turns in any number of
+        processes are all kept; a durable row older than the stored one is then not mirrored
+        but the messages are still added. Returns how many scopes were applied."""
 
     async def apply_rows(
         self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None

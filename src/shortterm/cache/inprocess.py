@@ -116,7 +116,7 @@ class InProcessCache(RecordBook):
         now: float,
         fence: WriteFence | None = None,
     ) -> bool:
-        return self._capture((key, messages, row), meta, now, fence, False)
+        return self._capture((key, messages, row), meta, now, fence, False, None)
 
     async def capture_scopes(
         self,
@@ -125,11 +125,12 @@ class InProcessCache(RecordBook):
         now: float,
         fence: WriteFence | None = None,
         step: ScopeKey | None = None,
+        append: int | None = None,
     ) -> int:
         stepped = step.astuple if step is not None else None
         applied = 0
         for scope in scopes:
-            applied += self._capture(scope, meta, now, fence, scope[0].astuple == stepped)
+            applied += self._capture(scope, meta, now, fence, scope[0].astuple == stepped, append)
         return applied
 
     def _capture(
@@ -139,6 +140,7 @@ class InProcessCache(RecordBook):
         now: float,
         fence: WriteFence | None,
         step: bool,
+        append: int | None,
     ) -> bool:
         """One scope of a capture (its key, messages and durable row), in one step."""
         key, messages, row = scope
@@ -155,12 +157,17 @@ class InProcessCache(RecordBook):
             rec = Record(key, meta)
             self._insert(kt, rec)
         elif row is not None and row.revision < rec.revision:
-            return False  # a newer write of this scope already landed
+            if append is None:
+                return False  # a newer write of this scope already landed
+            row = None  # appending: the messages are added, the older mirror is not
+            self._entries.move_to_end(kt)
         else:
             self._entries.move_to_end(kt)
             if rec.meta.private and not meta.private:
                 meta = dataclasses.replace(meta, private=True)  # the flag is sticky
             rec.meta = meta
+        if append is not None:
+            messages = appended(self._live_messages(rec, now), messages, append)
         if row is not None:
             self._mirror(rec, row)
         if step:
@@ -174,6 +181,10 @@ class InProcessCache(RecordBook):
         if len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             self._enforce_bounds(kt)
         return True
+
+    def _live_messages(self, rec: Record, now: float) -> tuple[Message, ...]:
+        at = rec.messages_at
+        return rec.messages if at is not None and now < at + self.crude_ttl_s else ()
 
     def _covered(
         self, key: ScopeKey, server_id: str | None, parent: str | None, fence: WriteFence
@@ -427,3 +438,14 @@ class InProcessCache(RecordBook):
 
     async def close(self) -> None:
         self._clear()
+
+
+def appended(
+    stored: tuple[Message, ...], new: tuple[Message, ...], limit: int
+) -> tuple[Message, ...]:
+    """An appending capture's messages: the stored ones not repeated by ``message_id`` among
+    ``new``, then ``new``, the newest ``limit`` of them (capture.lua does the same)."""
+    ids = {m.message_id for m in new if m.message_id is not None}
+    kept = [m for m in stored if m.message_id is None or m.message_id not in ids]
+    merged = (*kept, *new)
+    return merged[-limit:] if len(merged) > limit else merged

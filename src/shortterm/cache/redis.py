@@ -275,8 +275,9 @@ class RedisCache:
             raise ValueError("a shared hot tier takes no deferred counter step")
         if not scopes:
             return 0
-        outcomes = await self._capture_all(scopes, meta, now, fence)
+        outcomes = await self._capture_all(scopes, meta, now, fence, append)
         return sum(outcome == 1 for outcome in outcomes)
+        append: int | None = None,
 
     async def _capture_all(
         self,
@@ -292,12 +293,13 @@ class RedisCache:
         for i, (key, _, _) in enumerate(scopes):
             by_group.setdefault(self.layout.key_group(key), []).append(i)
 
+        append: int | None = None,
         listed: list[Listed] = []
 
         def build(pipe: Any) -> None:
             for group, picked in by_group.items():
                 chosen = [scopes[i] for i in picked]
-                self._writes.capture(pipe, group, chosen, meta, now, fence)
+                self._writes.capture(pipe, group, chosen, meta, now, fence, append)
             listed.extend(self._directories.list_keys(pipe, [key for key, _, _ in scopes], now))
 
         replies = await self._g.batch("capture", build)

@@ -35,8 +35,10 @@ class Writes:
         meta: ScopeMeta,
         now: float,
         fence: WriteFence | None,
+        append: int | None = None,
     ) -> None:
-        """One script call for every scope of one group."""
+        """One script call for every scope of one group (``append``: see
+        :meth:`HotTier.capture_scopes`)."""
         layout = self.g.layout
         args = [
             layout.base(group),
@@ -46,6 +48,7 @@ class Writes:
             "" if fence is None else str(fence.position),
             dumps(now),
             str(len(scopes)),
+            "" if append is None else str(append),
         ]
         keys = self.g.declared(group)
         for key, messages, row in scopes:

@@ -25,12 +25,10 @@ belongs to the run, not to the channel's conversation, and the system prompt is 
 Each captured turn starts a new :class:`~shortterm.Turn`, so the one-update-per-turn guard of
 the tool holds per answer.
 
-**Several people in one channel.** A capture reads the channel's stored messages and writes
-them back with the turn. In one process, the captures of a channel (its live scope, on one
-memory) take turns at that read and write, so two users' turns saved at the same moment are
-both kept. Across processes sharing a hot tier they are not serialised: the tier's capture
-replaces the stored list, and a turn another process captured between this one's read and its
-write is lost (docs/langchain.md, "Limits").
+**Several people in one channel.** A capture adds the turn after the channel's stored
+messages inside the hot tier's atomic write (``Turn.capture(..., append=True)``), each human
+message with a message id: two users' turns saved at the same moment, by one process or by
+several sharing a hot tier, are both kept.
 
 **Clearing** (:meth:`ShortTermChatHistory.aclear`) forgets this channel like the Discord cog's
 ``/refresh``: every user, persona and scope of it, in both tiers. What other channels remember
@@ -47,6 +45,7 @@ where the history was created. Called inside a running loop, they raise
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,7 +53,6 @@ from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
-from .scope_locks import scope_lock
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -184,17 +182,7 @@ class ShortTermChatHistory(BaseChatMessageHistory):
                 new.append(Message("assistant", _text(m), speaker=turn.bot_name))
             else:
                 new.append(self._as_shortterm(m))
-        live = turn.live_key
-        # Within this process, another history's capture of the channel waits for this one's
-        # read and write (and this one for it): neither writes back a list without the other.
-        async with scope_lock(self.memory, live):
-            # The fence before the read: the stored messages go back in as history, so a
-            # forget landing after this read must drop the capture rather than see them
-            # written again.
-            fence = await self.memory.begin_write(turn.user_id)
-            entry = await self.memory.get(live)
-            history = [*(entry.messages if entry is not None else ()), *new]
-            await turn.capture(history, [Reply(_text(m)) for m in answers], fence=fence)
+        await turn.capture(new, [Reply(_text(m)) for m in answers], append=True)
         self._pending = []
         self.turn = self.memory.turn_from(self._args)  # the next answer is a new turn
 
@@ -264,7 +252,12 @@ class ShortTermChatHistory(BaseChatMessageHistory):
     def _as_shortterm(self, m: HumanMessage) -> Message:
         turn = self.turn
         speaker = m.name if isinstance(m.name, str) and m.name.strip() else turn.user_name
-        return Message("user", _text(m), author_id=turn.user_id, speaker=speaker)
+        # An identity (LangChain's own when it has one), so a retried capture adds it once.
+        given = m.id if isinstance(m.id, str) and m.id else None
+        return Message(
+            "user", _text(m), author_id=turn.user_id, speaker=speaker,
+            message_id=given or uuid.uuid4().hex,
+        )  # fmt: skip
 
 
 def memory_tool(history: ShortTermChatHistory) -> StructuredTool:

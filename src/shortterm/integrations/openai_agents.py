@@ -11,9 +11,9 @@ session=...)`` and the SDK reads the prompt's history from it and hands it each 
   :meth:`~ShortTermSession.tool`) spliced at the server's nudge depth. ``limit`` counts the
   channel's messages; the recalled memory always leads.
 - :meth:`~ShortTermSession.add_items`: user messages are held until the turn's answer arrives;
-  a batch that ends with an assistant message captures the turn (``Turn.capture``: the user's
-  messages after the channel's stored ones as history, the assistant's text as replies; its
-  write fence is taken before that read, so a forget racing the run wins). Tool calls, tool
+  a batch that ends with an assistant message captures the turn (``Turn.capture(...,
+  append=True)``: the user's messages, each with a message id, and the assistant's text are
+  added after the channel's stored messages inside the hot tier's atomic write). Tool calls, tool
   outputs, reasoning and operator (system / developer) items are not kept: they are the
   run's machinery, not the channel's dialogue, and the memory tool keeps what is worth
   keeping of them.
@@ -27,17 +27,17 @@ session=...)`` and the SDK reads the prompt's history from it and hands it each 
 A session serves one run at a time (its methods take a lock); in a multi-party chat create
 one per incoming message, since the triggering user is part of it.
 
-In one process, the captures and pops of a channel (its live scope, on one memory) take turns
-at their read and write, so two users' turns saved at the same moment are both kept. Across
-processes sharing a hot tier they are not serialised: the tier's capture replaces the stored
-list, and a turn another process captured between this one's read and its write is lost (see
-docs/openai-agents.md, "Several people in one channel").
+Two users' turns in one channel saved at the same moment are both kept, in one process or
+in several sharing a hot tier: a capture appends inside the tier's atomic write rather than
+writing back a list it read. A pop rewrites the list it read, so in one process the captures
+and pops of a channel take turns (see docs/openai-agents.md, "Several people in one channel").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,8 @@ class ShortTermSession:
                             author_id=self._args.user_id,
                             speaker=self._args.user_name,
                             at=self.memory.clock(),
+                            # An identity, so a retried capture does not add it twice.
+                            message_id=uuid.uuid4().hex,
                         )
                     )
                     self._turn = None  # a new message: the intent gate reads it again
@@ -242,12 +244,8 @@ class ShortTermSession:
     async def _capture(self) -> None:
         turn = self._current_turn()
         replies = [Reply(text, persona_id=self._args.persona_id) for text in self._replies]
-        async with scope_lock(self.memory, turn.live_key):
-            # The fence before the read: a forget landing after it drops this capture, so the
-            # stored messages it extends cannot come back.
-            fence = await self.memory.begin_write(turn.user_id)
-            history = [*await self._stored(turn), *self._said]
-            await turn.capture(history=history, replies=replies, fence=fence)
+        async with scope_lock(self.memory, turn.live_key):  # a pop of this process waits
+            await turn.capture(history=self._said, replies=replies, append=True)
         self._said.clear()
         self._replies.clear()
         self._turn = None  # the next run is a new turn, with its own guards

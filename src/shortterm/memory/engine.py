@@ -280,10 +280,12 @@ class Engine:
         stopped: bool,
         upgraded: bool,
         fence: WriteFence | None,
+        append: bool = False,
     ) -> None:
         """One turn's capture: the fence (and the journal followed) first, so the privacy
         choices it is planned under are those of this position and any later forget drops
-        what it covers, in both tiers; then the plan (rules.plan_capture) is written."""
+        what it covers, in both tiers; then the plan (rules.plan_capture) is written,
+        replacing the scopes' messages or, with ``append``, added after them."""
         if fence is None:
             fence = await self.begin_write(args.user_id)
         # The journal was followed where the fence was taken: only the look-back remains.
@@ -308,7 +310,12 @@ class Engine:
             # one's write also drops the next ones.
             meta = self.scope_meta(write.meta)
             await self.write_capture(
-                write.scopes, meta, increment=write.increment, fence=fence, now=now
+                write.scopes,
+                meta,
+                increment=write.increment,
+                fence=fence,
+                now=now,
+                append=self.config.max_messages if append else None,
             )
         self.health.count("captures")
 
@@ -320,9 +327,11 @@ class Engine:
         increment: ScopeKey | None,
         fence: WriteFence,
         now: float,
+        append: int | None = None,
     ) -> bool:
         """The one capture write: ensure the scopes' durable rows (and step the counter of
-        ``increment``) in one fenced statement, then replace their messages in the hot tier,
+        ``increment``) in one fenced statement, then replace their messages in the hot tier
+        (with ``append``, add them after the stored ones: see ``HotTier.capture_scopes``),
         fenced again where they land. A scope a forget overtook is dropped in both tiers.
         During a durable outage the hot tier is still written (fenced) and the lost counter
         step is counted. Returns whether every scope was written.
@@ -339,7 +348,7 @@ class Engine:
                 cold = wb.cold_keys(keys, meta, now)
                 if cold is not None:
                     return await self._capture_behind(
-                        wb, keys, scopes, meta, increment, fence, now, cold
+                        wb, keys, scopes, meta, increment, fence, now, cold, append
                     )
         rows: list[ScopeRow] | None
         try:
@@ -372,7 +381,9 @@ class Engine:
                 if (row := durable.get(key.astuple)) is not None
             ]
         applied = len(hot) == len(scopes)
-        if hot and await self.tiers.cache.capture_scopes(hot, meta, now, fence) < len(hot):
+        if hot and await self.tiers.cache.capture_scopes(
+            hot, meta, now, fence, append=append
+        ) < len(hot):
             applied = False
         if not applied:
             self.health.count("fenced_writes")
@@ -388,11 +399,14 @@ class Engine:
         fence: WriteFence,
         now: float,
         cold: frozenset[KeyTuple],
+        append: int | None,
     ) -> bool:
         """The hot half of a capture now, the durable half buffered. Every scope is
         buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
         hot = [(key, messages, None) for key, messages in scopes]
-        applied = await self.tiers.cache.capture_scopes(hot, meta, now, fence, step=increment)
+        applied = await self.tiers.cache.capture_scopes(
+            hot, meta, now, fence, step=increment, append=append
+        )
         if wb.add(keys, meta, increment, fence, now, cold):
             await wb.flush()  # the turn bound: this capture pays for the batch
         if applied < len(hot):

@@ -206,11 +206,18 @@ class Turn:
         *,
         stopped: bool = False,
         fence: WriteFence | None = None,
+        append: bool = False,
     ) -> None:
         """Keep the recent dialogue of this turn.
 
         Replaces the messages of the user scope and, in a guild, the server scope with the
-        newest ``max_messages`` of ``history + replies``; summaries and categories stay. One
+        newest ``max_messages`` of ``history + replies``; summaries and categories stay.
+        With ``append``, ``history`` is only this turn's new messages and they are added
+        after the stored ones instead (a stored message with the same ``message_id`` is
+        replaced), the newest ``max_messages`` kept, inside the hot tier's atomic write: turns
+        captured at the same moment by several processes are all kept. For a surface that
+        knows only what is new (the Agents SDK and LangChain adapters); a chat platform's
+        recent history (the Discord path) is a replacing capture. One
         entry per distinct reply persona. Skipped for stopped turns, turns without replies and
         full-privacy users; full-privacy authors are dropped. Advances the live counter.
 
@@ -222,6 +229,8 @@ class Turn:
         replies = _checked("replies", replies, Reply)
         if fence is not None and type(fence) is not WriteFence:
             raise InvalidInput("fence", fence, "None or what memory.begin_write() returned")
+        if type(append) is not bool:
+            raise InvalidInput("append", append, "True or False")
         engine = self._engine
         with engine.operation():
             await engine.capture(
@@ -231,6 +240,7 @@ class Turn:
                 stopped=stopped,
                 upgraded=self.guard.upgraded,
                 fence=fence,
+                append=append,
             )
 
 

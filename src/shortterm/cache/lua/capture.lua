@@ -1,6 +1,7 @@
 -- Every scope of one turn's capture, in one atomic call. ARGV: P, now, message expiry (also
 -- the fallback expiry), margin_ms, fence position ('' = none), capture time as JSON, scope
--- count; then per scope: member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets,
+-- count, append ('' = the messages replace the stored ones; n = they follow the stored ones,
+-- a stored message whose id they carry dropped, and the newest n are kept); then per scope: member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets,
 -- author count A, A x (author, author as JSON, author target), message count M, M x (author
 -- number: 1..A, 0 = none; message as JSON), authors sorted as Python sorts them.
 -- Returns the number applied, the totals and mark, then each scope's outcome: 1 written, 0 ignored (a
@@ -8,8 +9,10 @@
 -- refused (every scope: the group cannot vouch for the write, see ``unvouched``).
 -- Messages of authors purged since the write began are dropped from their scope, and the rest
 -- is written: the same result as dropping them and calling again, without the second call.
+-- An appending capture whose durable row is older than the stored one still adds its
+-- messages (only its mirror is stale): two turns appending at once both stay.
 local now, mexp, margin = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local pos, at = ARGV[5], ARGV[6]
+local pos, at, append = ARGV[5], ARGV[6], tonumber(ARGV[8])
 if unvouched(pos) then
   local t = totals(0)
   for _ = 1, tonumber(ARGV[7]) do table.insert(t, -2) end
@@ -34,22 +37,77 @@ local function unpurged(i, na)
     local j = i + 2 * k - 1
     if not gone[tonumber(ARGV[j])] then table.insert(kept, ARGV[j + 1]) end
   end
-  local m = '[' .. at .. ',[' .. table.concat(kept, ',') .. ']]'
-  return m, (#kept > 0 and mexp or ''), '[' .. table.concat(au, ',') .. ']', i + 1 + 2 * nm
+  return kept, au, i + 1 + 2 * nm
+end
+
+-- The messages of a record's 'm' ('[at,[message,...]]') as their JSON texts, without
+-- re-encoding them (cjson would round their times): a message is a flat JSON array, so it
+-- ends at the first ']' outside a string.
+local function stored_texts(m)
+  local texts, p = {}, string.find(m, ',[', 1, true) + 2
+  while string.sub(m, p, p) == '[' do
+    local q, c = p + 1, nil
+    while true do
+      c = string.find(m, '["%]]', q)
+      if string.sub(m, c, c) == ']' then break end
+      q = c + 1
+      while true do  -- to the string's closing quote, stepping over escapes
+        local e = string.find(m, '["\\]', q)
+        if string.sub(m, e, e) == '"' then q = e + 1; break end
+        q = e + 2
+      end
+    end
+    table.insert(texts, string.sub(m, p, c))
+    p = c + 2
+  end
+  return texts
+end
+
+-- What an appending capture stores: the live stored messages not repeated by id among the
+-- new ones, then the new ones, the newest `append` of them; its authors are the union (an
+-- author whose messages fell off the end stays listed: the index may over-include, never
+-- miss); its position the oldest of the messages' writes ('' when one was unfenced).
+local function appended(cur, new, au)
+  if not cur[4] or not cur[5] or tonumber(cur[5]) <= tonumber(now) then return new, au, pos end
+  local ids = {}
+  for _, text in ipairs(new) do
+    local id = cjson.decode(text)[6]
+    if id ~= cjson.null then ids[id] = true end
+  end
+  local merged, old = {}, cjson.decode(cur[4])[2]
+  for k, text in ipairs(stored_texts(cur[4])) do
+    local id = old[k][6]
+    if id == cjson.null or not ids[id] then table.insert(merged, text) end
+  end
+  for _, text in ipairs(new) do table.insert(merged, text) end
+  if #merged > append then merged = {unpack(merged, #merged - append + 1)} end
+  local listed, union = {}, {}
+  for _, a in ipairs(cjson.decode(cur[2] or '[]')) do
+    listed[a] = true; table.insert(union, cjson.encode(a))
+  end
+  for _, a in ipairs(au) do
+    if not listed[cjson.decode(a)] then table.insert(union, a) end
+  end
+  local wm = pos
+  if #merged > #new then
+    wm = cur[6] or ''
+    if wm ~= '' and pos ~= '' and tonumber(pos) < tonumber(wm) then wm = pos end
+    if pos == '' then wm = '' end
+  end
+  return merged, union, wm
 end
 
 local function capture(i)
   local member, row_rev, meta = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local na = tonumber(ARGV[i + 8])
-  local m, m_exp, au, after = unpurged(i + 9, na)
+  local kept, au, after = unpurged(i + 9, na)
   if covered(pos, ARGV[i + 7]) then return -1, after end
   local rk = P .. 'e:' .. member
-  local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta')
-  if row_rev ~= '' and cur[1] and tonumber(cur[1]) > tonumber(row_rev) then
-    return 0, after
-  end
+  local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta', 'm', 'mexp', 'wm')
+  local stale = row_rev ~= '' and cur[1] and tonumber(cur[1]) > tonumber(row_rev)
+  if stale and not append then return 0, after end
   if not cur[1] then create(rk, ARGV[i + 1], ARGV[i + 2]) end
-  if row_rev ~= '' then
+  if row_rev ~= '' and not stale then
     redis.call('HSET', rk, 'rev', row_rev, 'd', ARGV[i + 5])
     set_or_del(rk, 'wd', pos)  -- where the write began: see `predates` in the prelude
     set_or_del(rk, 'vexp', ARGV[i + 6])
@@ -58,15 +116,19 @@ local function capture(i)
     local decoded = cjson.decode(meta)
     if decoded[5] ~= true then decoded[5] = true; meta = cjson.encode(decoded) end  -- sticky
   end
-  redis.call('HSET', rk, 'meta', meta, 'm', m)
-  set_or_del(rk, 'wm', pos)
-  set_or_del(rk, 'mexp', m_exp)
-  set_authors(rk, member, cur[2], au)
+  local wm = pos
+  if append then kept, au, wm = appended(cur, kept, au) end
+  local m = '[' .. at .. ',[' .. table.concat(kept, ',') .. ']]'
+  if not stale then redis.call('HSET', rk, 'meta', meta) end
+  redis.call('HSET', rk, 'm', m)
+  set_or_del(rk, 'wm', wm)
+  set_or_del(rk, 'mexp', #kept > 0 and mexp or '')
+  set_authors(rk, member, cur[2], '[' .. table.concat(au, ',') .. ']')
   finish(rk, member, now, mexp, margin)
   return 1, after
 end
 
-local outcomes, applied, i = {}, 0, 8
+local outcomes, applied, i = {}, 0, 9
 for _ = 1, tonumber(ARGV[7]) do
   local outcome
   outcome, i = capture(i)
