@@ -54,7 +54,11 @@ class Health:
 
     def failed(self, what: str, exc: StoreUnavailable, *, counted: bool = True) -> None:
         """The durable tier failed during ``what``; ``counted`` adds one to store_errors.
-        A failure of the hot tier goes to :meth:`cache_failed` instead."""
+        A failure of the hot tier (a :class:`CacheUnavailable`, which code around either
+        tier may catch as a ``StoreUnavailable``) is counted as the hot tier's instead."""
+        if isinstance(exc, CacheUnavailable):
+            self.cache_failed(what, exc)
+            return
         if counted:
             self._counts["store_errors"] += 1
         if not self.degraded:
