@@ -171,6 +171,37 @@ def test_an_unknown_postgres_option_is_one_line_naming_it(args: list[str], tmp_p
     assert "migration failed" not in line
 
 
+MALFORMED = {
+    "store-bracket": ("--store", "postgresql://bot:hunter2@[db.internal/test", "Invalid IPv6 URL"),
+    "store-port": ("--store", "postgresql://bot:hunter2@db:54x2/test", "Port could not be cast"),
+    "cache-bracket": ("--cache", "redis://:hunter2@[cache:6379/0", "Invalid IPv6 URL"),
+}
+
+
+@pytest.mark.parametrize("args", [["serve", "--port", "0"], ["inspect", "--server", "333"]])
+@pytest.mark.parametrize("malformed", sorted(MALFORMED))
+def test_a_url_that_does_not_parse_is_one_line_without_its_password(
+    args: list[str], malformed: str, tmp_path: Path
+) -> None:
+    option, url, reason = MALFORMED[malformed]
+    rest = ["--store", "memory://"] if option == "--cache" else []
+    done, _ = command([*args, option, url, *rest], tmp_path)
+    line = error_line(done.stderr)
+    assert done.returncode == EXIT_INVALID, done.stderr
+    assert "is not a valid URL" in line and reason in line, line
+    assert "hunter2" not in done.stderr
+
+
+async def test_a_url_that_does_not_parse_is_a_config_error_at_open() -> None:
+    import shortterm
+
+    for option, url, reason in MALFORMED.values():
+        urls = {"store": "memory://", option.strip("-"): url}
+        with pytest.raises(shortterm.ConfigError, match=reason) as raised:
+            await shortterm.open(**urls)
+        assert "hunter2" not in str(raised.value)
+
+
 # -- the environment --------------------------------------------------------------------------
 
 

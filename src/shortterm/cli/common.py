@@ -18,7 +18,7 @@ import click
 
 from ..memory.backends import DEFAULT_STORE_URL
 from ..model.errors import InvalidInput, StoreUnavailable
-from ..model.urls import shown_url
+from ..model.urls import checked_url, shown_url
 from .app import Declined
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ _cache_option = click.option(
     default="memory://",
     show_default=True,
     show_envvar=True,
-    help="Hot tier URL (memory://, redis://… or redis+cluster://…).",
+    help="Hot tier URL (memory://, redis://…, redis+cluster://… or redis+sentinel://…).",
 )
 
 
@@ -76,9 +76,7 @@ def store_to_read(store: str) -> str:
 
     Opening a SQLite URL creates the file, so a read command run in the wrong directory
     would make an empty store and report that nothing matches: it is refused instead."""
-    from urllib.parse import urlsplit
-
-    if "://" not in store or urlsplit(store).scheme.lower() != "sqlite":
+    if "://" not in store or checked_url(store, "store").scheme.lower() != "sqlite":
         return shown_url(store)  # anything else is refused, by name, when opened
     from ..store.sqlite import sqlite_path
 

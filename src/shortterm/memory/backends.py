@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from ..cache.base import HotTier
 from ..cache.inprocess import InProcessCache
 from ..model.config import Config
 from ..model.errors import ConfigError, ExtraMissing
-from ..model.urls import shown_url
+from ..model.urls import checked_url, shown_url
 from ..store.base import Store
 from ..store.reference import ReferenceStore
 from ..store.sqlite import SQLiteStore
@@ -16,12 +14,17 @@ from ..store.sqlite import SQLiteStore
 __all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store"]
 
 DEFAULT_STORE_URL = "sqlite:///shortterm.db"
+# cache/redis_client.py's schemes, spelled out here so that the driver loads only when used.
+REDIS_SCHEMES = (
+    "redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
+    "rediss+sentinel",
+)  # fmt: skip
 
 
 def _scheme(url: str, what: str) -> str:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigError(f"{what}={url!r} is not a URL (for example sqlite:///shortterm.db)")
-    return urlsplit(url).scheme.lower()
+    return checked_url(url, what).scheme.lower()
 
 
 def make_store(url: str) -> Store:
@@ -53,7 +56,7 @@ def make_cache(url: str, config: Config) -> HotTier:
             max_entries=config.max_entries,
             max_bytes=config.max_bytes,
         )
-    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+    if scheme in REDIS_SCHEMES:
         try:
             from ..cache.redis import RedisCache  # type: ignore[import-not-found,unused-ignore]
         except ModuleNotFoundError as exc:
@@ -63,5 +66,6 @@ def make_cache(url: str, config: Config) -> HotTier:
         cache: HotTier = RedisCache.from_url(url, config)
         return cache
     raise ConfigError(
-        f"cache={shown_url(url)!r}: unknown scheme {scheme!r} (memory, redis or redis+cluster)"
+        f"cache={shown_url(url)!r}: unknown scheme {scheme!r} "
+        "(memory, redis, redis+cluster or redis+sentinel)"
     )

@@ -10,14 +10,16 @@ backends accept the same spellings and fail with the same messages. Pure: no I/O
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import ConfigError
 
 __all__ = [
     "at_least_one",
+    "checked_url",
     "non_negative_number",
     "positive_seconds",
     "shown_url",
@@ -110,10 +112,33 @@ def _given(
         raise ConfigError(f"{name}={raw!r} in {shown_url(url)!r} is not {noun}") from None
 
 
+def checked_url(url: str, what: str) -> SplitResult:
+    """``url`` split into its parts, or a :class:`ConfigError` naming ``what`` (``store``,
+    ``cache``) and urllib's reason when it cannot be: a bracket left open, a port that is
+    not a number. Without this the first use of the URL fails deep in a driver."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- parsed only when asked: a bad port raises here
+    except ValueError as exc:
+        raise ConfigError(f"{what}={shown_url(url)!r} is not a valid URL: {exc}") from None
+    return parts
+
+
 def shown_url(url: str) -> str:
-    """A backend URL as printed or logged: any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """A backend URL as printed or logged: any password (the URL's own, or an option named
+    ``…password``, such as a Redis URL's ``sentinel_password``) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL urllib can split: hide what may be a password by hand
+        return _QUERY_PASSWORD.sub(r"\1***", _USER_PASSWORD.sub(r"\1***@", url))
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    if parts.password is None and query == parts.query:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+_QUERY_PASSWORD = re.compile(r"((?:^|&)[^=&]*password=)[^&]*")
+_USER_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")

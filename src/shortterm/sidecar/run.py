@@ -9,7 +9,6 @@ import logging
 import socket
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import uvicorn
 
@@ -17,7 +16,7 @@ from ..memory import open as open_memory
 from ..memory.distill import DistillReport, DistillSchedule, distill_forever
 from ..model.config import Config
 from ..model.errors import ConfigError
-from ..model.urls import shown_url
+from ..model.urls import checked_url, shown_url
 from .app import create_app
 from .quickstart import quickstart_lines
 from .settings import SidecarSettings
@@ -126,8 +125,8 @@ def check_port(settings: SidecarSettings) -> None:
 
 def sharing_warning(store: str, cache: str) -> str | None:
     """What to say when replicas on this store could not share their turns."""
-    shared_store = urlsplit(store).scheme.lower() in ("postgresql", "postgres")
-    if not shared_store or urlsplit(cache).scheme.lower() != "memory":
+    shared_store = checked_url(store, "store").scheme.lower() in ("postgresql", "postgres")
+    if not shared_store or checked_url(cache, "cache").scheme.lower() != "memory":
         return None
     return (
         "warning: PostgreSQL with the in-process cache: turns and crude messages stay in this "
