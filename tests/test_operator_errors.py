@@ -196,9 +196,9 @@ async def test_a_url_that_does_not_parse_is_a_config_error_at_open() -> None:
     import shortterm
 
     for option, url, reason in MALFORMED.values():
-        urls = {"store": "memory://", option.strip("-"): url}
+        store, cache = (url, "memory://") if option == "--store" else ("memory://", url)
         with pytest.raises(shortterm.ConfigError, match=reason) as raised:
-            await shortterm.open(**urls)
+            await shortterm.open(store=store, cache=cache)
         assert "hunter2" not in str(raised.value)
 
 
