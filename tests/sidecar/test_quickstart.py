@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from shortterm.sidecar import quickstart_lines
+from shortterm.sidecar.run import announcement
 from tests.support import drop_postgres_schema, service_url, with_query
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +137,19 @@ async def test_the_banner_never_prints_a_password() -> None:
         await drop_postgres_schema(pg_url, schema)
     assert "s3cret-pw" not in line
     assert f"{user}:***@{host}" in line
+
+
+def test_a_wildcard_address_is_announced_with_a_url_that_opens() -> None:
+    """``serve --host 0.0.0.0`` listens everywhere; the inspector link and the quickstart
+    name the loopback address, which a browser and curl on this machine can open."""
+    lines = announcement(
+        "http://0.0.0.0:8765", "sqlite:///shortterm.db", "memory://", quickstart=True
+    )
+    assert lines[0].startswith("shortterm sidecar listening on http://0.0.0.0:8765 (every")
+    assert lines[1] == "web inspector: http://127.0.0.1:8765/ui/ (from this machine)"
+    assert [ln.strip() for ln in lines[3:]] == quickstart_lines("http://127.0.0.1:8765")
+    assert announcement("http://[::]:8765", "memory://", "memory://")[1].startswith(
+        "web inspector: http://[::1]:8765/ui/"
+    )
+    loopback = announcement("http://127.0.0.1:8765", "memory://", "memory://")
+    assert loopback[1] == "web inspector: http://127.0.0.1:8765/ui/"

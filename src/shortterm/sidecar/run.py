@@ -9,6 +9,7 @@ import logging
 import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 
@@ -123,6 +124,34 @@ def check_port(settings: SidecarSettings) -> None:
         ) from None
 
 
+def announcement(
+    url: str, store: str, cache: str, *, quickstart: bool = False, token: bool = False
+) -> list[str]:
+    """What ``serve`` prints once it listens at ``url``. A wildcard address (``0.0.0.0``,
+    ``::``) is where it listens, not an address a browser or curl can open: the inspector and
+    the quickstart name this machine's loopback instead."""
+    local = browsable(url)
+    where = url if local == url else f"{url} (every interface)"
+    lines = [
+        f"shortterm sidecar listening on {where} "
+        f"(store {shown_url(store)}, cache {shown_url(cache)})",
+        f"web inspector: {local}/ui/" + ("" if local == url else " (from this machine)"),
+    ]
+    if quickstart:
+        lines.append("Try it:")
+        lines += [f"  {line}" for line in quickstart_lines(local, token=token)]
+    return lines
+
+
+def browsable(url: str) -> str:
+    """``url`` with a wildcard host replaced by the loopback address of its family."""
+    parts = urlsplit(url)
+    loopback = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(parts.hostname or "")
+    if loopback is None:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{loopback}:{parts.port}"))
+
+
 def sharing_warning(store: str, cache: str) -> str | None:
     """What to say when replicas on this store could not share their turns."""
     shared_store = checked_url(store, "store").scheme.lower() in ("postgresql", "postgres")
@@ -149,15 +178,9 @@ def run(
     """``shortterm serve``: announce the URL (and the quickstart), then serve."""
 
     def started(url: str) -> None:
-        echo(
-            f"shortterm sidecar listening on {url} "
-            f"(store {shown_url(store)}, cache {shown_url(cache)})"
-        )
-        echo(f"web inspector: {url}/ui/")
-        if quickstart:
-            echo("Try it:")
-            for line in quickstart_lines(url, token=settings.token is not None):
-                echo(f"  {line}")
+        token = settings.token is not None
+        for line in announcement(url, store, cache, quickstart=quickstart, token=token):
+            echo(line)
 
     check_port(settings)
     warning = sharing_warning(store, cache)
