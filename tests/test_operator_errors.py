@@ -202,6 +202,34 @@ async def test_a_url_that_does_not_parse_is_a_config_error_at_open() -> None:
         assert "hunter2" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("option", "given", "hint"),
+    [
+        (
+            "--cache",
+            "rediss//cache.internal:6380/0",
+            "did you mean rediss://cache.internal:6380/0?",
+        ),
+        ("--cache", "localhost:6379", "for example redis://localhost:6379/0"),
+        (
+            "--store",
+            "postgresql//bot:hunter2@db/test",
+            "did you mean postgresql://bot:***@db/test?",
+        ),
+        ("--store", "shortterm.db", "for example sqlite:///shortterm.db"),
+    ],
+)
+def test_a_url_without_its_scheme_separator_names_the_fix_for_its_tier(
+    option: str, given: str, hint: str, tmp_path: Path
+) -> None:
+    rest = ["--store", "memory://"] if option == "--cache" else []
+    done, _ = command(["serve", "--port", "0", option, given, *rest], tmp_path)
+    line = error_line(done.stderr)
+    assert done.returncode == EXIT_INVALID, done.stderr
+    assert "is not a URL" in line and hint in line, line
+    assert "hunter2" not in done.stderr
+
+
 # -- the environment --------------------------------------------------------------------------
 
 

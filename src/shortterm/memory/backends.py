@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..cache.base import HotTier
 from ..cache.inprocess import InProcessCache
 from ..model.config import Config
@@ -21,10 +23,27 @@ REDIS_SCHEMES = (
 )  # fmt: skip
 
 
+_PASSWORD = re.compile(r":[^/@:]*@")
+_EXAMPLES = {"store": "sqlite:///shortterm.db", "cache": "redis://localhost:6379/0"}
+
+
 def _scheme(url: str, what: str) -> str:
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"{what}={url!r} is not a URL (for example sqlite:///shortterm.db)")
+        # Not a URL, so shown_url cannot find a password in it: hide a "user:password@".
+        shown = _PASSWORD.sub(":***@", url) if isinstance(url, str) else url
+        raise ConfigError(f"{what}={shown!r} is not a URL ({_hint(shown, what)})")
     return checked_url(url, what).scheme.lower()
+
+
+def _hint(url: object, what: str) -> str:
+    """A likely fix: the scheme's ``://`` when it is misspelt (``rediss//h``, ``redis:/h``),
+    else an example URL of this tier."""
+    if isinstance(url, str):
+        head, sep, rest = url.partition("/")
+        scheme = head.rstrip(":").lower()
+        if sep and scheme and scheme.replace("+", "").isalpha():
+            return f"did you mean {scheme}://{rest.lstrip('/')}?"
+    return f"for example {_EXAMPLES[what]}"
 
 
 def make_store(url: str) -> Store:
