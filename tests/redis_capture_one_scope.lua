@@ -33,9 +33,13 @@ if row_rev ~= '' then
   set_or_del(rk, 'wd', ARGV[15])
 end
 local meta = ARGV[6]
-if cur[3] and cjson.decode(cur[3])[5] == true then
-  local m = cjson.decode(meta)
-  if m[5] ~= true then m[5] = true; meta = cjson.encode(m) end  -- private is sticky
+if cur[3] then  -- what the capture does not know keeps the stored value; private is sticky
+  local m, old, changed = cjson.decode(meta), cjson.decode(cur[3]), false
+  for k = 1, 6 do
+    if k == 5 and old[5] == true and m[5] ~= true then m[5] = true; changed = true end
+    if k ~= 5 and m[k] == cjson.null and old[k] ~= cjson.null then m[k] = old[k]; changed = true end
+  end
+  if changed then meta = cjson.encode(m) end
 end
 redis.call('HSET', rk, 'meta', meta, 'm', ARGV[9])
 set_or_del(rk, 'wm', ARGV[15])

@@ -221,3 +221,20 @@ async def test_concurrent_captures_leave_exact_counters(memory: shortterm.Memory
         row = await memory.store.load(key)
         assert entry is not None and row is not None
         assert entry.turns_since_refresh == row.turns_since_refresh == 20
+
+
+async def test_a_turn_without_the_channel_name_leaves_the_recalled_name(
+    memory: shortterm.Memory,
+) -> None:
+    """A surface that names the channel once (the first turn) and not later (an adapter, a
+    retry) still shows ``#plans`` in the recall of other channels, not its id."""
+    said = [Message("user", "Pack list?", author_id="111", speaker="Ana")]
+    replies = [Reply("Water and snacks.")]
+    named = memory.turn(user_id="111", channel_id="98765", server_id="333", channel_name="plans")
+    await named.capture(history=said, replies=replies)
+    unnamed = memory.turn(user_id="111", channel_id="98765", server_id="333")
+    await unnamed.capture(history=said, replies=replies)
+    ctx = await memory.turn(user_id="111", channel_id="general", server_id="333").context()
+    text = "\n".join(item.text for item in ctx.items)
+    assert "#plans in this server" in text, text
+    assert "<#98765>" not in text

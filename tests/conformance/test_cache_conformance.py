@@ -280,3 +280,21 @@ async def test_an_appended_author_is_indexed_for_a_purge(cache_factory: CacheFac
     entry = await cache.get(S, T0)
     assert entry is not None
     assert [m.content for m in entry.messages] == ["from u1"]
+
+
+async def test_a_capture_that_does_not_know_a_name_keeps_the_known_one(
+    cache_factory: CacheFactory,
+) -> None:
+    """Metadata a capture lacks (``None``) keeps the stored value and the private flag is
+    sticky, as in the durable upserts: a turn without a channel name does not unname it."""
+    cache = await cache_factory()
+    named = ScopeMeta(server_id="g1", server_name="Hikers", channel_name="plans", private=True)
+    await cache.capture(S, msgs("one"), named, None, T0)
+    await cache.capture(S, msgs("two"), ScopeMeta(server_id="g1"), None, T0 + 1)
+    entry = await cache.get(S, T0 + 1)
+    assert entry is not None
+    assert (entry.channel_name, entry.server_name, entry.private) == ("plans", "Hikers", True)
+    renamed = ScopeMeta(server_id="g1", channel_name="trips")
+    await cache.capture(S, msgs("three"), renamed, None, T0 + 2)
+    entry = await cache.get(S, T0 + 2)
+    assert entry is not None and entry.channel_name == "trips"

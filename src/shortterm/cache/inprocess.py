@@ -7,7 +7,6 @@ the operations check in the same step as their write.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import sys
 from collections import deque
@@ -163,9 +162,7 @@ class InProcessCache(RecordBook):
             self._entries.move_to_end(kt)
         else:
             self._entries.move_to_end(kt)
-            if rec.meta.private and not meta.private:
-                meta = dataclasses.replace(meta, private=True)  # the flag is sticky
-            rec.meta = meta
+            rec.meta = meta.over(rec.meta)  # names it lacks stay; the private flag is sticky
         if append is not None:
             messages = appended(self._live_messages(rec, now), messages, append)
         if row is not None:

@@ -22,6 +22,27 @@ class ScopeMeta:
     private: bool = False
     persona_lineage_id: str | None = None
 
+    def over(self, stored: ScopeMeta) -> ScopeMeta:
+        """This write's metadata over the ``stored`` one: what it does not know (``None``)
+        keeps the stored value, and ``private`` is sticky, as the durable upserts do
+        (COALESCE): a turn without a channel name does not unname the channel."""
+        if self == stored:
+            return self
+        private = self.private or stored.private
+        merged = ScopeMeta(
+            self.server_id if self.server_id is not None else stored.server_id,
+            self.server_name if self.server_name is not None else stored.server_name,
+            self.channel_name if self.channel_name is not None else stored.channel_name,
+            self.parent_channel_id
+            if self.parent_channel_id is not None
+            else stored.parent_channel_id,
+            private,
+            self.persona_lineage_id
+            if self.persona_lineage_id is not None
+            else stored.persona_lineage_id,
+        )
+        return self if merged == self else merged
+
 
 @dataclass(frozen=True, slots=True)
 class ScopeRow:

@@ -28,22 +28,6 @@ def _server_of(key: ScopeKey) -> str | None:
     return key.owner_id if key.kind == "server" else None
 
 
-def _keep_known(old: ScopeMeta, new: ScopeMeta) -> ScopeMeta:
-    """Metadata a write does not know (``None``) keeps its stored value, as in SQL COALESCE."""
-    return ScopeMeta(
-        server_id=new.server_id if new.server_id is not None else old.server_id,
-        server_name=new.server_name if new.server_name is not None else old.server_name,
-        channel_name=new.channel_name if new.channel_name is not None else old.channel_name,
-        parent_channel_id=new.parent_channel_id
-        if new.parent_channel_id is not None
-        else old.parent_channel_id,
-        private=new.private or old.private,  # sticky, as in SQL
-        persona_lineage_id=new.persona_lineage_id
-        if new.persona_lineage_id is not None
-        else old.persona_lineage_id,
-    )
-
-
 def _unindex(index: dict[Any, set[KeyTuple]], name: Any, t: KeyTuple) -> None:
     keys = index[name]
     keys.discard(t)
@@ -113,7 +97,7 @@ class ReferenceStore:
             if meta is None or meta is old.meta or meta == old.meta:
                 meta = old.meta
             else:
-                meta = _keep_known(old.meta, meta)
+                meta = meta.over(old.meta)
             row = ScopeRow._unchecked(
                 key,
                 meta,
@@ -311,6 +295,17 @@ class ReferenceStore:
 
     async def journal_head(self) -> int:
         return self._journal[-1].seq if self._journal else 0
+
+    async def fence_upgrade(
+        self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str], now: float
+    ) -> int | None:
+        subjects = {k.astuple for k in scopes}
+        for e in reversed(self._journal):
+            if e.seq <= since:
+                break
+            if e.kind == "edit" and e.subject in subjects:
+                return None
+        return self._append("turn", [], targets)
 
     async def save_server_settings(
         self, server_id: str, settings: ServerSettings, *, now: float

@@ -97,6 +97,20 @@ local function appended(cur, new, au)
   return merged, union, wm
 end
 
+-- The capture's meta over the stored one (both JSON arrays: server id, server name, channel
+-- name, parent, private, lineage): what it does not know (null) keeps the stored value and
+-- the private flag is sticky, as the durable upserts do (ScopeMeta.over).
+local function over(meta, stored)
+  local new, old, changed = cjson.decode(meta), cjson.decode(stored), false
+  for k = 1, 6 do
+    local keep = (k == 5 and old[k] == true and new[k] ~= true)
+      or (k ~= 5 and new[k] == cjson.null and old[k] ~= cjson.null)
+    if keep then new[k] = old[k]; changed = true end
+  end
+  if changed then return cjson.encode(new) end
+  return meta
+end
+
 local function capture(i)
   local member, row_rev, meta = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local na = tonumber(ARGV[i + 8])
@@ -112,10 +126,7 @@ local function capture(i)
     set_or_del(rk, 'wd', pos)  -- where the write began: see `predates` in the prelude
     set_or_del(rk, 'vexp', ARGV[i + 6])
   end
-  if cur[3] and cjson.decode(cur[3])[5] == true then
-    local decoded = cjson.decode(meta)
-    if decoded[5] ~= true then decoded[5] = true; meta = cjson.encode(decoded) end  -- sticky
-  end
+  if cur[3] and cur[3] ~= meta then meta = over(meta, cur[3]) end
   local wm = pos
   if append then kept, au, wm = appended(cur, kept, au) end
   local m = '[' .. at .. ',[' .. table.concat(kept, ',') .. ']]'
