@@ -182,11 +182,11 @@ def available() -> bool:
     return os.access(REDIS_SERVER, os.X_OK) and os.access(REDIS_CLI, os.X_OK)
 
 
-def require_redis_server() -> None:
+def require_redis_server(what: str = "the Redis Cluster tests") -> None:
     """Skip (or, with SHORTTERM_TEST_REQUIRE_SERVICES=1, fail) without Debian's redis-server."""
     if available():
         return
-    reason = f"no {REDIS_SERVER} (apt-get install redis-server): the Redis Cluster tests"
+    reason = f"no {REDIS_SERVER} (apt-get install redis-server): {what}"
     if os.environ.get("SHORTTERM_TEST_REQUIRE_SERVICES") == "1":
         pytest.fail(reason + " are mandatory here")
     pytest.skip(reason + " skip")

@@ -5,12 +5,13 @@ compose file's sidecar replicas must share their memory, not each keep its own, 
 The rule: the places that describe *the* shared deployment are README.md's "Scaling out"
 section, docker-compose.yml (its comments included), everything under deploy/, the
 Dockerfile's comments, and docs/sidecar.md's "Deploying" section. In them, every full
-``postgresql://`` / ``redis://`` / ``redis+cluster://`` URL (an elided one, ``redis://…``,
-stands for the reader's own and is skipped) and every ``schema=`` / ``prefix=`` written out
-must name the same memory as the compose file's sidecars; an option left out counts as what
-the library takes then (no ``schema``: PostgreSQL's search path, ``public``; no ``prefix``:
-the hot tier's default). Other docs may show other names as examples of keeping two bots
-apart (README's URL table, ``prefix=bot1:``): they are not the deployment, and not checked.
+``postgresql://`` / ``redis://`` / ``redis+cluster://`` / ``redis+sentinel://`` URL (an
+elided one, ``redis://…``, stands for the reader's own and is skipped) and every ``schema=`` /
+``prefix=`` written out must name the same memory as the compose file's sidecars; an option
+left out counts as what the library takes then (no ``schema``: PostgreSQL's search path,
+``public``; no ``prefix``: the hot tier's default). Other docs may show other names as
+examples of keeping two bots apart (README's URL table, ``prefix=bot1:``): they are not the
+deployment, and not checked.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from shortterm.model import urls
 
 ROOT = Path(__file__).resolve().parents[2]
-URL = re.compile(r"(?:postgres(?:ql)?|rediss?(?:\+cluster)?)://[^\s\"'`)]+")
+URL = re.compile(r"(?:postgres(?:ql)?|rediss?(?:\+cluster|\+sentinel)?)://[^\s\"'`)]+")
 OPTION = re.compile(r"\b(schema|prefix)=([^&\s\"'`)]+)")
 PUBLIC = "public (no schema=)"
 
@@ -64,7 +65,10 @@ def _memory(url: str) -> tuple[str, str, str]:
     from shortterm.cache.redis_client import open_url
 
     parts = urlsplit(url)
-    db = parts.path.strip("/") or dict(parse_qsl(parts.query)).get("db", "0")
+    path = parts.path.strip("/")
+    if parts.scheme.endswith("+sentinel"):
+        path = path.partition("/")[2]  # after the master's name
+    db = path or dict(parse_qsl(parts.query)).get("db", "0")
     return "cache", db, open_url(url).prefix
 
 

@@ -1,5 +1,5 @@
 """The Redis hot tier (redis-py ``redis.asyncio``): one shared cache for many processes, on
-one Redis node (or a primary with replicas) or on a Redis Cluster.
+one Redis node (or a primary with replicas, which Sentinel may fail over) or on a Redis Cluster.
 
 The key layout (hash-tag groups, one slot per script) is in :mod:`.redis_layout`, the
 connection, its bound and its errors in :mod:`.redis_client`, the record encoding in
@@ -69,7 +69,15 @@ from ..model.errors import ConfigError, StoreUnavailable
 from ..model.fence import WriteFence
 from . import redis_forget, redis_repair
 from .base import JournalReader
-from .redis_client import Calls, Client, failure_bound_s, open_url
+from .redis_client import (
+    Calls,
+    Client,
+    certificate_problem,
+    close_client,
+    failure_bound_s,
+    open_url,
+    ping_master,
+)
 from .redis_codec import Views, key_of, member
 from .redis_directory import Directories, Listed
 from .redis_layout import DEFAULT_GROUPS, Layout
@@ -166,9 +174,9 @@ class RedisCache:
     async def ping(self) -> None:
         """PING every node that holds data, for readiness probes: each primary of a cluster
         (a dead master refuses the connection at once, while the cluster itself takes its
-        node timeout to declare it failed), the one node otherwise. An operation of its own,
-        within the tier's bound; raises :class:`CacheUnavailable` when a node does not
-        answer. Changes nothing."""
+        node timeout to declare it failed), the master the sentinels name now (asked at each
+        ping), the one node otherwise. An operation of its own, within the tier's bound;
+        raises :class:`CacheUnavailable` when a node does not answer. Changes nothing."""
         client = self.client
         with self._calls.operation():
             if isinstance(client, RedisCluster):
@@ -176,7 +184,7 @@ class RedisCache:
                     "ping", lambda: client.ping(target_nodes=RedisCluster.PRIMARIES)
                 )
             else:
-                await self._calls.call("ping", client.ping)
+                await self._calls.call("ping", partial(ping_master, client))
 
     def _script(self, source: str) -> Script:
         script = self._scripts.get(source)
@@ -269,6 +277,7 @@ class RedisCache:
         now: float,
         fence: WriteFence | None = None,
         step: ScopeKey | None = None,
+        append: int | None = None,
     ) -> int:
         if step is not None:
             # Shared: every process reads this counter, so it is only ever the durable one.
@@ -277,7 +286,6 @@ class RedisCache:
             return 0
         outcomes = await self._capture_all(scopes, meta, now, fence, append)
         return sum(outcome == 1 for outcome in outcomes)
-        append: int | None = None,
 
     async def _capture_all(
         self,
@@ -285,6 +293,7 @@ class RedisCache:
         meta: ScopeMeta,
         now: float,
         fence: WriteFence | None,
+        append: int | None = None,
     ) -> list[int]:
         """Every scope of a group in one script call, every group (a turn has one) and the
         owner directories in one pipeline: 1 written, 0 older than the cached row, -1 refused
@@ -293,7 +302,6 @@ class RedisCache:
         for i, (key, _, _) in enumerate(scopes):
             by_group.setdefault(self.layout.key_group(key), []).append(i)
 
-        append: int | None = None,
         listed: list[Listed] = []
 
         def build(pipe: Any) -> None:
@@ -365,7 +373,8 @@ class RedisCache:
         (or none was read yet), or ``to`` brings our own forget. The first call also checks
         the topology and the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next
-        call that follows the journal (this process's reads and writes fail on their own)."""
+        call that follows the journal (this process's reads and writes fail on their own).
+        A certificate refused at the first contact is (``CacheUnavailable``): the open fails."""
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
         try:
@@ -374,8 +383,14 @@ class RedisCache:
                 await self.check_eviction()
             return await redis_repair.repair(self._g, journal, self._token, now, to)
         except StoreUnavailable as exc:
+            if not self._server_checked and certificate_problem(exc) is not None:
+                raise  # at the first contact (the open): a refused certificate stays refused
             self._marks.due = True
-            log.warning("shortterm Redis not repaired (tried again at the next call): %s", exc)
+            log.warning(
+                "shortterm could not replay the journal's forgets into Redis (tried again at "
+                "the next call; until then what Redis may have lost of them is not served): %s",
+                exc,
+            )
             return 0
 
     async def check_topology(self) -> None:
@@ -524,7 +539,7 @@ class RedisCache:
             return
         self._calls.closed = True
         if self._owns_client:
-            await self.client.aclose()
+            await close_client(self.client)
 
 
 def _refused_command(exc: StoreUnavailable) -> bool:

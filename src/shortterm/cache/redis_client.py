@@ -1,10 +1,14 @@
-"""The Redis hot tier's connection: URLs, the client (one node or a cluster), the bound on a
-call and the mapping of Redis errors to :class:`StoreUnavailable`.
+"""The Redis hot tier's connection: URLs, the client (one node, a Sentinel-managed master or a
+cluster), the bound on a call and the mapping of Redis errors to :class:`StoreUnavailable`.
 
 One node: ``redis://host:6379/0`` (also ``rediss://``, ``unix://``), a ``redis.asyncio.Redis``.
 A cluster: ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` for TLS), a
-``redis.asyncio.cluster.RedisCluster`` that discovers the topology from those seed nodes. Both
-run the same scripts on the same key layout (:mod:`.redis_layout`).
+``redis.asyncio.cluster.RedisCluster`` that discovers the topology from those seed nodes.
+A master that Sentinel fails over: ``redis+sentinel://host:port[,host:port...]/<master>[/db]``
+(``rediss+sentinel://`` for TLS to the sentinels and the master alike), a ``redis.asyncio.Redis``
+whose connections ask the sentinels where the master is each time they connect, so a failover
+is followed without reopening. All run the same scripts on the same key layout
+(:mod:`.redis_layout`).
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import asyncio
 import difflib
 import functools
 import inspect
+import os
+import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -33,6 +40,12 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.connection import Connection as TCPConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     AskError,
@@ -50,11 +63,24 @@ from ..model import urls
 from ..model.errors import CacheUnavailable, ConfigError
 from .redis_layout import DEFAULT_GROUPS
 
-__all__ = ["Calls", "Opened", "failure_bound_s", "open_url"]
+__all__ = [
+    "Calls",
+    "Opened",
+    "certificate_problem",
+    "close_client",
+    "failure_bound_s",
+    "open_url",
+    "ping_master",
+]
 
 OWN_OPTIONS = ("prefix", "retries", "owner_complete_ttl_s", "safety_margin_s", "groups")
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+# Ours too, with a sentinel URL only: the sentinels' own credentials (the URL's user and
+# password are the master's, as in redis://).
+SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
+_SENTINEL_PORT = 26379
 # The options redis-py's URL parser passes on as text (it types those of
 # URL_QUERY_ARGUMENT_PARSERS); which of all these a URL may carry depends on the client it
 # makes (:func:`_driver_options`).
@@ -63,6 +89,21 @@ _TEXT_OPTIONS = (
     "encoding_errors", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs",
     "ssl_ca_data", "ssl_ca_path", "ssl_ciphers", "ssl_password",
 )  # fmt: skip
+# What a sentinel's client takes (a TLS option the connection takes may not be among them).
+_REDIS_ARGS = frozenset(inspect.signature(aioredis.Redis.__init__).parameters)
+_FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
+# OpenSSL's verify codes for a server certificate whose issuer we do not trust
+# (X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT and the self-signed ones), and for one made out to
+# another host name or address: what to change.
+_VERIFY_HINTS = {
+    **dict.fromkeys(
+        (2, 18, 19, 20, 21), " (is ssl_ca_certs the CA that signed the server's certificate?)"
+    ),
+    **dict.fromkeys((62, 64), " (connect by a name or address the certificate holds)"),
+}
+# The alerts of a server that refused the certificate we sent (or wanted one).
+_REFUSED_OURS = re.compile(r"CERTIFICATE|UNKNOWN_CA")
+_PEER = re.compile(r"(?:connecting to|reading from|writing to) (\S+?)\.?(?:\s|$)")
 _SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
 _BACKOFF_CAP_S = 0.2
 # What a cluster answers while it moves slots or elects a master: the call is tried again
@@ -93,25 +134,31 @@ class Opened:
 
 
 def open_url(url: str) -> Opened:
-    """``redis://host:6379/0?prefix=bot1:&retries=1`` or ``redis+cluster://h1:7000,h2:7000``.
+    """``redis://host:6379/0?prefix=bot1:&retries=1``, ``redis+cluster://h1:7000,h2:7000`` or
+    ``redis+sentinel://h1:26379,h2:26379/mymaster/0``.
 
     Our options: ``prefix``, ``retries`` (reconnect attempts after a dropped connection,
     default 1; every operation is safe to repeat), ``owner_complete_ttl_s``,
-    ``safety_margin_s``, ``groups`` (hash-tag groups, default 16; see :mod:`.redis_layout`).
+    ``safety_margin_s``, ``groups`` (hash-tag groups, default 16; see :mod:`.redis_layout`);
+    with a sentinel URL also ``sentinel_username`` and ``sentinel_password``.
     redis-py's own (``socket_timeout``, ``max_connections``, ...) pass through;
     ``socket_timeout`` and ``socket_connect_timeout`` default to 5 s so a hung server becomes
     ``StoreUnavailable``. One call then fails within :func:`failure_bound_s`. Any other
-    option is refused by name (``ConfigError``), with the accepted ones."""
+    option is refused by name (``ConfigError``), with the accepted ones. TLS (``rediss``):
+    ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ...; a file they name must exist
+    (``ConfigError``), and a certificate the handshake refuses fails the open
+    (:func:`certificate_problem`)."""
     redis_url, options = urls.split_options(
         url,
-        schemes=SINGLE_SCHEMES + CLUSTER_SCHEMES,
-        ours=OWN_OPTIONS,
+        schemes=SINGLE_SCHEMES + CLUSTER_SCHEMES + SENTINEL_SCHEMES,
+        ours=_own_options(urlsplit(url).scheme),
         wrong_scheme=(
-            f"not a Redis URL: {urls.shown_url(url)!r} "
-            "(use redis://host:6379/0 or redis+cluster://host:7000,host:7001)"
+            f"not a Redis URL: {urls.shown_url(url)!r} (use redis://host:6379/0, "
+            "redis+cluster://host:7000,host:7001 or redis+sentinel://host:26379/mymaster)"
         ),
     )
     _check_options(redis_url, url)
+    _check_files(redis_url)
     retries = int(urls.non_negative_number(options, "retries", 1, url))
     groups = urls.at_least_one(options, "groups", DEFAULT_GROUPS, url)
     given = dict(parse_qsl(urlsplit(redis_url).query))
@@ -128,8 +175,11 @@ def open_url(url: str) -> Opened:
     }
     client: Client
     try:
-        if urlsplit(redis_url).scheme in CLUSTER_SCHEMES:
+        scheme = urlsplit(redis_url).scheme
+        if scheme in CLUSTER_SCHEMES:
             client = _cluster_client(redis_url, url, prefix, retry, timeouts)
+        elif scheme in SENTINEL_SCHEMES:
+            client = _sentinel_client(redis_url, url, options, retry, timeouts)
         else:
             client = aioredis.Redis.from_url(
                 redis_url, decode_responses=True, retry=retry, **timeouts
@@ -151,21 +201,28 @@ def _check_options(redis_url: str, url: str) -> None:
     makes does not take, listing the accepted ones: redis-py would pass it on as a keyword
     argument, to fail with a TypeError at the first connection (or at once, for a cluster)."""
     parts = urlsplit(redis_url)
-    theirs = _driver_options(parts.scheme)
+    theirs, ours = _driver_options(parts.scheme), _own_options(parts.scheme)
     names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
     unknown = sorted({n for n in names if n not in theirs})
     if not unknown:
         return
-    close = difflib.get_close_matches(unknown[0], [*OWN_OPTIONS, *theirs], n=1)
+    close = difflib.get_close_matches(unknown[0], [*ours, *theirs], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if unknown[0] in SENTINEL_OPTIONS:
+        hint = " (sentinel options need redis+sentinel://)"
     if not hint and unknown[0].startswith("ssl_") and not parts.scheme.startswith("rediss"):
         hint = " (TLS options need rediss://)"
     raise ConfigError(
         # The URL is not shown: its query may hold a password.
         f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-        f"in the Redis URL{hint}; accepted: shortterm's {', '.join(OWN_OPTIONS)}, "
+        f"in the Redis URL{hint}; accepted: shortterm's {', '.join(ours)}, "
         f"and redis-py's {', '.join(sorted(theirs))}"
     )
+
+
+def _own_options(scheme: str) -> tuple[str, ...]:
+    """Our options a URL of ``scheme`` may carry."""
+    return OWN_OPTIONS + SENTINEL_OPTIONS if scheme in SENTINEL_SCHEMES else OWN_OPTIONS
 
 
 @functools.cache
@@ -178,12 +235,49 @@ def _driver_options(scheme: str) -> frozenset[str]:
         connection: type[AbstractConnection] = {
             "rediss": SSLConnection,
             "unix": UnixDomainSocketConnection,
+            "redis+sentinel": SentinelManagedConnection,
+            "rediss+sentinel": SentinelManagedSSLConnection,
         }.get(scheme, TCPConnection)
         takes = _parameters(connection) | _parameters(ConnectionPool)
     readable = {*URL_QUERY_ARGUMENT_PARSERS, *_TEXT_OPTIONS} & takes
     if not scheme.startswith("rediss"):
         readable = {name for name in readable if not name.startswith("ssl_")}
     return frozenset(readable)
+
+
+def _check_files(redis_url: str) -> None:
+    """Refuse, by name, a TLS option naming a file that is not there: every connection
+    would fail on it, as a bare "No such file or directory" at the first call."""
+    for name, value in parse_qsl(urlsplit(redis_url).query):
+        if name in _FILE_OPTIONS and not os.path.exists(value):
+            raise ConfigError(f"{name}={value!r} in the Redis URL: no such file or directory")
+
+
+def certificate_problem(exc: BaseException) -> str | None:
+    """What was wrong with a certificate, when one failed the TLS handshake: the server's
+    (not signed by ``ssl_ca_certs``, expired, for another name) or the one we sent. Retrying
+    cannot help, so it fails the open (``RedisCache.repair``). redis-py keeps the ssl error
+    as the cause of its ConnectionError; ``None`` when there is none in ``exc``'s chain."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            hint = _VERIFY_HINTS.get(cause.verify_code, "")
+            return f"certificate verify failed: {cause.verify_message}{hint}"
+        if isinstance(cause, ssl.SSLError) and _REFUSED_OURS.search(cause.reason or ""):
+            return (
+                f"the server refused our certificate ({cause.reason}; check ssl_certfile "
+                "and ssl_keyfile)"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _peer(exc: BaseException) -> str:
+    """The address in redis-py's "Error 1 connecting to host:port. ..." (or reading from)."""
+    found = _PEER.search(str(exc))
+    return found.group(1) if found else "the server"
 
 
 def _parameters(cls: type) -> set[str]:
@@ -212,31 +306,95 @@ def _cluster_client(
     if query.get("db", "0") != "0":
         raise ConfigError(f"{shown!r}: a Redis Cluster has only database 0")
     query.pop("db", None)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for hostport in hosts.split(","):
+    nodes = [ClusterNode(host, port) for host, port in _hosts(parts.netloc, shown, "seed node")]
+    kwargs = _shared_options(parts._replace(query=urlencode(query)), "", timeouts)
+    kwargs.pop("db", None)
+    return RedisCluster(startup_nodes=nodes, decode_responses=True, retry=retry, **kwargs)
+
+
+def _sentinel_client(
+    redis_url: str, url: str, options: dict[str, str], retry: Retry, timeouts: dict[str, Any]
+) -> aioredis.Redis:
+    """A client of the master the URL's sentinels name. Each connection asks them where the
+    master is when it connects, so after a failover the retry of a call that met the old
+    master (refused, or a demoted master's READONLY) reaches the new one; what a call met
+    before the sentinels elected one fails within its bound, and the next call asks again."""
+    parts = urlsplit(redis_url)
+    shown = urls.shown_url(url)
+    master, _, db = parts.path.strip("/").partition("/")
+    if not master:
+        raise ConfigError(
+            f"{shown!r}: name the master the sentinels monitor "
+            "(redis+sentinel://host:26379,host:26379/mymaster[/db])"
+        )
+    if db and not db.isdigit():
+        raise ConfigError(f"{shown!r}: the database after the master's name is a number ({db!r})")
+    sentinels = _hosts(parts.netloc, shown, "sentinel", _SENTINEL_PORT)
+    kwargs = _shared_options(parts, f"/{db}" if db else "", timeouts)
+    # The sentinels take the master's timeouts and TLS settings, and their own credentials.
+    on_sentinels = {
+        k: v for k, v in kwargs.items() if k.startswith(("socket_", "ssl")) and k in _REDIS_ARGS
+    }
+    for option, argument in zip(SENTINEL_OPTIONS, ("username", "password"), strict=True):
+        if option in options:
+            on_sentinels[argument] = options[option]
+    manager = Sentinel(sentinels, sentinel_kwargs=on_sentinels)
+    client: aioredis.Redis = manager.master_for(
+        master, decode_responses=True, retry=retry, **kwargs
+    )
+    return client
+
+
+def _hosts(netloc: str, shown: str, what: str, port: int = 6379) -> list[tuple[str, int]]:
+    """The ``host:port`` list of a URL's netloc (after any ``user:password@``)."""
+    found = []
+    for hostport in netloc.rpartition("@")[2].split(","):
         node = urlsplit("//" + hostport)
         try:
-            port = node.port or 6379
+            found_port = node.port or port
         except ValueError as exc:
-            raise ConfigError(f"{shown!r}: bad seed node {hostport!r} ({exc})") from exc
+            raise ConfigError(f"{shown!r}: bad {what} {hostport!r} ({exc})") from exc
         if not node.hostname:
-            raise ConfigError(f"{shown!r}: a seed node needs a host ({hostport!r})")
-        nodes.append(ClusterNode(node.hostname, port))
-    # redis-py's URL parser reads the options every node shares (credentials, TLS, timeouts,
-    # typed as it types them) from the first seed node's URL with the query.
+            raise ConfigError(f"{shown!r}: a {what} needs a host ({hostport!r})")
+        found.append((node.hostname, found_port))
+    return found
+
+
+def _shared_options(parts: SplitResult, path: str, timeouts: dict[str, Any]) -> dict[str, Any]:
+    """The connection options every node shares (credentials, TLS, timeouts, the database
+    in ``path``), read and typed by redis-py's URL parser from the URL's first node."""
     scheme = parts.scheme.split("+")[0]
+    userinfo, _, hosts = parts.netloc.rpartition("@")
     first = hosts.split(",")[0]
     netloc = f"{userinfo}@{first}" if userinfo else first
     kwargs: dict[str, Any] = {
         **timeouts,
-        **parse_url(urlunsplit((scheme, netloc, "", urlencode(query), ""))),
+        **parse_url(urlunsplit((scheme, netloc, path, parts.query, ""))),
     }
-    for server_only in ("host", "port", "db", "path", "connection_class"):
+    for server_only in ("host", "port", "path", "connection_class"):
         kwargs.pop(server_only, None)
     if scheme == "rediss":
         kwargs["ssl"] = True
-    return RedisCluster(startup_nodes=nodes, decode_responses=True, retry=retry, **kwargs)
+    return kwargs
+
+
+async def ping_master(client: Client) -> Any:
+    """PING. A Sentinel-managed client first asks the sentinels where the master is now: a
+    connection left open on a master that was since demoted would still answer."""
+    pool = client.connection_pool if isinstance(client, aioredis.Redis) else None
+    if isinstance(pool, SentinelConnectionPool):
+        # It also drops the idle connections to a former master.
+        await pool.get_master_address()  # type: ignore[no-untyped-call]
+    return await client.ping()
+
+
+async def close_client(client: Client) -> None:
+    """Close the client's connections; a Sentinel-managed client's connections to the
+    sentinels too (redis-py closes those only with the ``Sentinel`` that made it)."""
+    await client.aclose()
+    pool = client.connection_pool if isinstance(client, aioredis.Redis) else None
+    if isinstance(pool, SentinelConnectionPool):
+        await pool.sentinel_manager.aclose()
 
 
 # The facade call in progress in this task, and which tiers failed during it (by id: one
@@ -307,9 +465,14 @@ class Calls:
                         pause = min(pause * 2, _BACKOFF_CAP_S)
         except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
             reason = str(exc) or f"no answer within {bound:g} s"
+            message = f"Redis {what} failed: {reason}"
+            if (problem := certificate_problem(exc)) is not None:
+                # No command was sent: the certificate is the news, not which call it was.
+                reason = f"TLS handshake with {_peer(exc)} failed: {problem}"
+                message = f"Redis {reason}"
             if failed is not None:
                 failed[id(self)] = f"Redis failed earlier in this call ({reason})"
-            raise CacheUnavailable(f"Redis {what} failed: {reason}") from exc
+            raise CacheUnavailable(message) from exc
         except (RedisError, RedisClusterException) as exc:
             if failed is not None and isinstance(exc, (*_TOPOLOGY_ERRORS, RedisClusterException)):
                 failed[id(self)] = f"Redis failed earlier in this call ({exc})"

@@ -118,7 +118,9 @@ def checked_url(url: str, what: str) -> SplitResult:
     not a number. Without this the first use of the URL fails deep in a driver."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 -- parsed only when asked: a bad port raises here
+        # Each host's port: a Redis Cluster's or Sentinel's URL lists several (h1:p1,h2:p2).
+        for host in parts.netloc.rpartition("@")[2].split(","):
+            urlsplit(f"//{host}").port  # noqa: B018 -- parsed only when asked: a bad one raises
     except ValueError as exc:
         raise ConfigError(f"{what}={shown_url(url)!r} is not a valid URL: {exc}") from None
     return parts
@@ -131,7 +133,7 @@ def shown_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:  # not a URL urllib can split: hide what may be a password by hand
         return _QUERY_PASSWORD.sub(r"\1***", _USER_PASSWORD.sub(r"\1***@", url))
-    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    query = _in_option(_QUERY_PASSWORD.sub(r"\1***", parts.query))
     if parts.password is None and query == parts.query:
         return url
     netloc = parts.netloc
@@ -142,3 +144,12 @@ def shown_url(url: str) -> str:
 
 _QUERY_PASSWORD = re.compile(r"((?:^|&)[^=&]*password=)[^&]*")
 _USER_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
+
+
+def _in_option(query: str) -> str:
+    """A URL given as an option (PostgreSQL's ``listen_url``), as is or percent-encoded: its
+    password hidden as well."""
+    return _ENCODED_PASSWORD.sub(r"\1***%40", _USER_PASSWORD.sub(r"\1***@", query))
+
+
+_ENCODED_PASSWORD = re.compile(r"(%3A%2F%2F[^&/@]*?%3A)[^&/@]*?%40", re.IGNORECASE)

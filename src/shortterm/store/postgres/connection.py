@@ -12,8 +12,9 @@ import difflib
 import os
 import re
 import socket
+import time
 from contextlib import suppress
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
@@ -26,11 +27,15 @@ from ...model.urls import shown_url
 __all__ = [
     "Conn",
     "Pool",
+    "PoolWatch",
     "check_options",
     "first_contact",
+    "pooler_hint",
     "recheck",
     "refusal",
+    "tls_problem",
     "unreachable",
+    "watched_connection",
 ]
 
 Pool: TypeAlias = "AsyncConnectionPool[psycopg.AsyncConnection[Any]]"
@@ -46,6 +51,11 @@ _REFUSED_WORDS = re.compile(
     r"does not support SSL",
     re.IGNORECASE,
 )
+# libpq's words when a certificate fails the connection: the server's is not signed by
+# sslrootcert ("certificate verify failed") or names another host, a certificate or key file
+# is missing or unreadable, the server refused ours ("alert unknown ca", "requires a valid
+# client certificate"). Nothing a retry changes.
+_TLS_WORDS = re.compile(r"certificate|private key|alert unknown ca", re.IGNORECASE)
 _LIBPQ_EXAMPLES = ("application_name", "connect_timeout", "sslmode", "options")
 _LIBPQ_DOCS = "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS"
 # libpq's message has a line per address tried: 'connection to server at "h", port 5432
@@ -63,10 +73,11 @@ def check_options(conninfo: str, url: str, ours: tuple[str, ...]) -> None:
     if unknown:
         close = difflib.get_close_matches(unknown[0], [*ours, *known], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        own = f"shortterm's {', '.join(ours)}, and " if ours else ""  # none in listen_url
         raise ConfigError(  # the URL is not shown: its query may hold a password
             f"unknown option{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(map(repr, unknown))} in the PostgreSQL URL{hint}; accepted: shortterm's "
-            f"{', '.join(ours)}, and libpq's connection parameters "
+            f"{', '.join(map(repr, unknown))} in the PostgreSQL URL{hint}; accepted: {own}"
+            "libpq's connection parameters "
             f"({', '.join(n for n in _LIBPQ_EXAMPLES if n in known)}, …: {_LIBPQ_DOCS})"
         )
     try:
@@ -80,13 +91,29 @@ def refusal(exc: psycopg.OperationalError) -> str | None:
     """The server's own reason when it refused the login for good (no such role or database,
     authentication failed, TLS required but not offered): retrying cannot help. ``None`` for
     anything else."""
-    reasons = list(dict.fromkeys(m.group(1) for m in _REASON.finditer(str(exc))))
+    reasons = _reasons(exc)
     refused = [r for r in reasons if _REFUSED_WORDS.search(r)]
     if refused:
         return "; ".join(refused)
     if getattr(exc, "sqlstate", None) in _REFUSED_STATES:
         return "; ".join(reasons) or " ".join(str(exc).split())
     return None
+
+
+def tls_problem(exc: psycopg.OperationalError) -> str | None:
+    """libpq's words when a certificate failed the connection (see ``_TLS_WORDS``), with
+    what to check when the server's was not trusted; ``None`` for anything else."""
+    problem = "; ".join(r for r in _reasons(exc) if _TLS_WORDS.search(r))
+    if "certificate verify failed" in problem:
+        problem += " (is sslrootcert the CA that signed the server's certificate?)"
+    elif "alert" in problem:  # the server's alert: it refused the certificate we sent
+        problem += " (check sslcert and sslkey: the server refused them)"
+    return problem or None
+
+
+def _reasons(exc: psycopg.OperationalError) -> list[str]:
+    """Each distinct reason in libpq's message (a line per address tried)."""
+    return list(dict.fromkeys(m.group(1) for m in _REASON.finditer(str(exc))))
 
 
 async def unreachable(conninfo: str) -> str | None:
@@ -121,13 +148,17 @@ async def first_contact(conninfo: str, kwargs: dict[str, Any], what: str) -> Non
     """One direct connection before the pool opens. The pool retries a failed connection
     until ``pool_timeout_s`` (a warning logged per attempt) and then reports a timeout; a
     server that refuses the login (no such role or database, authentication failed), a
-    refused port or a host name that does not resolve will not answer later either, so
-    that fails at once, with the server's own words or naming the address and the cause.
+    refused port, a host name that does not resolve or a certificate that fails TLS will not
+    answer later either, so that fails at once, with libpq's or the server's own words or
+    naming the address and the cause.
     Anything else (a silent server, one still starting up) is left to the pool and the
     operation's timeout, as before."""
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.OperationalError as exc:
+        problem = tls_problem(exc)
+        if problem is not None:
+            raise StoreUnavailable(f"PostgreSQL TLS connection failed: {problem}") from exc
         reason = refusal(exc)
         if reason is not None:
             raise StoreUnavailable(f"PostgreSQL refused the connection: {reason}") from exc
@@ -143,3 +174,64 @@ async def recheck(pool: Pool) -> None:
     # restart, a failover): test them now rather than failing the next operations.
     with suppress(psycopg.Error, TimeoutError):
         await asyncio.wait_for(pool.check(), timeout=5.0)
+
+
+# A prepared statement that is missing, or already there, on a connection that never prepared
+# it: a pooler in transaction mode handed us another client's server connection.
+_POOLED_STATES = frozenset({"26000", "42P05"})
+
+
+def pooler_hint(exc: psycopg.Error) -> str:
+    """For an error that says the URL leads to a transaction pooler, how to say so."""
+    if getattr(exc, "sqlstate", None) not in _POOLED_STATES:
+        return ""
+    return (
+        " (is this URL a pooler in transaction mode, such as PgBouncer? add pooler=transaction "
+        "to it: no statement is prepared then)"
+    )
+
+
+class PoolWatch:
+    """What the pool met lately, for the error of a wait that timed out and for readiness.
+
+    The pool retries a refused connection in the background and only logs the server's
+    words; a caller waiting for a connection learns "couldn't get a connection". This keeps
+    the newest refusal (until a connection succeeds again) and the newest wait that timed out
+    (until a wait that began after it is served: the pool serves again)."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+        self.trouble: str | None = None
+        self._trouble_at = -float("inf")  # monotonic: when the newest wait timed out
+
+    def connect_failed(self, exc: psycopg.OperationalError) -> None:
+        self.refused = "; ".join(_reasons(exc)) or " ".join(str(exc).split())
+
+    def connected(self) -> None:
+        self.refused = None
+
+    def timed_out(self, message: str) -> None:
+        self.trouble = message
+        self._trouble_at = time.monotonic()
+
+    def served(self, waited_from: float) -> None:
+        """A wait that began at ``waited_from`` (monotonic) got its connection."""
+        if waited_from > self._trouble_at:
+            self.trouble = None
+
+
+def watched_connection(watch: PoolWatch) -> type[Conn]:
+    """The pool's connection class: every connection attempt tells ``watch`` how it went."""
+
+    class Watched(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = await super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                watch.connect_failed(exc)
+                raise
+            watch.connected()
+            return conn
+
+    return Watched
