@@ -7,7 +7,7 @@ CKSUM  := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 STAMP  := $(VENV)/.installed-$(CKSUM)
 SERVE  := $(VENV)/.serving-$(CKSUM)
 
-.PHONY: run demo test browser haproxy redis_server lint bench dist clean
+.PHONY: run demo test browser haproxy redis_server pgbouncer lint bench dist clean
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): pip installs shortterm with its dev, postgres and redis extras (quiet; 1-2 minutes on a fresh clone)"
@@ -35,7 +35,7 @@ REDIS_URL    ?= redis://127.0.0.1:6379/0
 
 # The PostgreSQL and Redis tests run when both answer at POSTGRES_URL and REDIS_URL (a quick
 # probe); SHORTTERM_TEST_POSTGRES_URL / SHORTTERM_TEST_REDIS_URL, when set, win (CI sets them).
-test: $(STAMP) browser haproxy redis_server   ## the whole test suite
+test: $(STAMP) browser haproxy redis_server pgbouncer   ## the whole test suite
 	@eval "$$($(BIN)/python scripts/local_services.py --postgres '$(POSTGRES_URL)' --redis '$(REDIS_URL)')" && \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -57,6 +57,7 @@ endef
 CHROMIUM ?= /usr/bin/chromium
 HAPROXY  ?= /usr/sbin/haproxy
 REDIS_SERVER ?= /usr/bin/redis-server
+PGBOUNCER ?= /usr/sbin/pgbouncer
 
 browser:                 ## Debian's Chromium for the inspector's browser tests
 	$(call debian_tool,$(CHROMIUM),chromium,the browser tests)
@@ -66,6 +67,9 @@ haproxy:                 ## Debian's haproxy for the deployment's proxy tests (d
 
 redis_server:            ## Debian's redis-server (and redis-cli) for the Redis Cluster tests
 	$(call debian_tool,$(REDIS_SERVER),redis-server,the Redis Cluster tests)
+
+pgbouncer:               ## Debian's pgbouncer for the tests through a transaction pooler
+	$(call debian_tool,$(PGBOUNCER),pgbouncer,the pooler tests)
 
 lint: $(STAMP)           ## ruff + mypy --strict
 	$(BIN)/ruff check src tests benchmarks scripts examples
@@ -81,15 +85,28 @@ bench: $(STAMP)          ## benchmarks; figures go to docs/benchmarks.md (run on
 	$(BIN)/python benchmarks/bench_sidecar.py --replicas 1,2 --clients 1,4 --turns 3000 \
 		--postgres $(POSTGRES_URL) --redis $(REDIS_URL) --write docs/benchmarks.md
 
+# Building needs only build and twine (the dev extra's pins), in a small venv of their own
+# under the git-ignored build/: not the dev venv, and no install of the project (python -m
+# build makes its own isolated environment with hatchling).
+DIST_VENV  := build/dist-tools
+DIST_TOOLS := 'build>=1.2' 'twine>=5.1'
+
+$(DIST_VENV)/.installed:
+	@echo "setting up $(DIST_VENV): pip installs build and twine only (quiet; seconds)"
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install --quiet $(DIST_TOOLS)
+	touch $@
+
 # What we ship: the wheel and sdist (metadata checked by twine), and the TypeScript client's
 # tarball (npm pack: built code, types, LICENSE). Install them as docs/install.md says.
-dist: $(STAMP)           ## dist/: shortterm-*.whl, shortterm-*.tar.gz, shortterm-client-*.tgz
+# npm pack compiles the client itself (its prepack script), so it is compiled once.
+dist: $(DIST_VENV)/.installed   ## dist/: shortterm-*.whl, shortterm-*.tar.gz, shortterm-client-*.tgz
 	rm -rf dist
-	$(BIN)/python -m build --outdir dist .
-	$(BIN)/python -m twine check --strict dist/*
+	$(DIST_VENV)/bin/python -m build --outdir dist .
+	$(DIST_VENV)/bin/python -m twine check --strict dist/*
 	@command -v npm >/dev/null || { echo "make dist: npm (Node 20 or newer) is needed for the TypeScript tarball; the Python files are in dist/"; exit 1; }
-	cd clients/typescript && npm ci && npm run build && npm pack --pack-destination ../../dist
+	cd clients/typescript && npm ci && npm pack --pack-destination ../../dist
 	@ls -1 dist
 
 clean:
-	rm -rf $(VENV) dist .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*
+	rm -rf $(VENV) $(DIST_VENV) dist .pytest_cache .mypy_cache .ruff_cache shortterm-demo.db*

@@ -42,9 +42,17 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import discord
-from discord.ext import commands
-from openai import APIError, AsyncOpenAI
+try:  # the extras first: without them, one line saying what to install instead of a traceback
+    import discord
+    from discord.ext import commands
+    from openai import APIError, AsyncOpenAI
+except ModuleNotFoundError as exc:
+    print(
+        f"No module named {exc.name!r} (the discord and openai extras): "
+        "pip install 'shortterm[discord,openai]'",
+        file=sys.stderr,
+    )
+    sys.exit(4)  # as the shortterm command exits on a missing extra
 
 import shortterm
 from shortterm.integrations.discord import (

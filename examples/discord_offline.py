@@ -28,8 +28,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import discord
-from openai import APIConnectionError, AsyncOpenAI
+try:  # the extras first: without them, one line saying what to install instead of a traceback
+    import discord
+    from openai import APIConnectionError, AsyncOpenAI
+except ModuleNotFoundError as exc:
+    print(
+        f"No module named {exc.name!r} (the discord and openai extras): "
+        "pip install 'shortterm[discord,openai]'",
+        file=sys.stderr,
+    )
+    sys.exit(4)  # as the shortterm command exits on a missing extra
 
 import shortterm
 from shortterm.integrations.discord_offline import (

@@ -4,7 +4,7 @@ tool bound to ``ChatOpenAI``.
 Offline, with no model service and no key, against ``shortterm fake-model`` (it echoes, quotes
 what it finds in the memory blocks, and calls the memory tool when asked to note something)::
 
-    pip install -e '.[langchain,sidecar]'
+    pip install -e '.[langchain,sidecar]' langchain-openai
     shortterm fake-model --log-requests prompts.jsonl &     # http://127.0.0.1:8800/v1
     python examples/langchain_history.py --base-url http://127.0.0.1:8800/v1 \\
         --store sqlite:///bot.db --channel-id plans \\
@@ -29,14 +29,24 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+# The extra first: without it, one line saying what to install instead of a traceback.
+# langchain-openai is no part of it (any LangChain chat model fits); this example uses it.
+try:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    from langchain_openai import ChatOpenAI
+except ModuleNotFoundError as exc:
+    print(
+        f"No module named {exc.name!r} (the langchain extra, and langchain-openai): "
+        "pip install 'shortterm[langchain]' langchain-openai",
+        file=sys.stderr,
+    )
+    sys.exit(4)  # as the shortterm command exits on a missing extra
+from pydantic import SecretStr
 
 import shortterm
-
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
-
-    from shortterm.integrations.langchain import ShortTermChatHistory
+from shortterm.integrations.langchain import ShortTermChatHistory
 
 SYSTEM = "You are {bot}, a friendly member of this chat. Answer briefly."
 
@@ -46,8 +56,6 @@ async def answer(
 ) -> str:
     """Generate the reply to ``text``, running the model's memory tool calls, and capture the
     finished turn in ``history``; returns the reply."""
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-
     question = HumanMessage(text)
     system = SystemMessage(SYSTEM.format(bot=history.turn.bot_name))
     messages = [system, *await history.aget_messages(), question]
@@ -81,12 +89,6 @@ async def main(
     bot_name: str = "Tomo",
 ) -> str:
     """Run one turn end to end and return the bot's reply."""
-    # Heavy imports, only when the example runs.
-    from langchain_openai import ChatOpenAI
-    from pydantic import SecretStr
-
-    from shortterm.integrations.langchain import ShortTermChatHistory
-
     chat = ChatOpenAI(base_url=base_url, api_key=SecretStr(api_key), model=model)
     async with shortterm.open(store=store, cache=cache) as memory:
         history = ShortTermChatHistory(

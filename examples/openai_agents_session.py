@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    Runner,
-    set_tracing_disabled,
-)
-from openai import AsyncOpenAI
+try:  # the extra first: without it, one line saying what to install instead of a traceback
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+except ModuleNotFoundError as exc:
+    print(
+        f"No module named {exc.name!r} (the openai-agents extra): "
+        "pip install 'shortterm[openai-agents]'",
+        file=sys.stderr,
+    )
+    sys.exit(4)  # as the shortterm command exits on a missing extra
 
 import shortterm
 from shortterm.integrations.openai_agents import ShortTermSession

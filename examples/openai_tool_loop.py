@@ -45,12 +45,18 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+try:  # the extra first: without it, one line saying what to install instead of a traceback
+    from openai import AsyncOpenAI
+except ModuleNotFoundError as exc:
+    print(
+        f"No module named {exc.name!r} (the openai extra): pip install 'shortterm[openai]'",
+        file=sys.stderr,
+    )
+    sys.exit(4)  # as the shortterm command exits on a missing extra
 
 import shortterm
-
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI
 
 Messages = list[dict[str, Any]]
 
@@ -117,8 +123,6 @@ async def main(
     bot_name: str = "Tomo",
 ) -> str:
     """Run one turn end to end and return the bot's reply."""
-    from openai import AsyncOpenAI  # heavy: imported only when the example runs
-
     async with (
         shortterm.open(store=store, cache=cache) as memory,
         AsyncOpenAI(base_url=base_url, api_key=api_key) as client,

@@ -1,6 +1,8 @@
-"""What `make dist` ships installs on its own: the wheel, built from the clone into a temporary
-directory, installs with the sidecar extra into a fresh virtualenv, and `shortterm --help` runs
-there; its metadata is complete (license, project URLs, classifiers, readme).
+"""What `make dist` ships installs on its own: the sdist and the wheel, built from the clone as
+`make dist` builds them (`python -m build`: the wheel from the sdist) into a temporary
+directory; the wheel installs with the sidecar extra into a fresh virtualenv, and
+`shortterm --help` runs there; its metadata is complete (license, project URLs, classifiers,
+readme). The sdist ships the examples, and `shortterm fake-model`'s hint names one of them.
 
 Building needs hatchling and installing needs the extras' packages, from PyPI or the
 machine's configured index: without network the test skips and says so.
@@ -12,16 +14,22 @@ import email
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import time
+import tomllib
 import venv
 import zipfile
 from email.message import Message
 from pathlib import Path
 
 import pytest
+
+from tests.fake_model_process import fake_model_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,18 +51,57 @@ def reachable(host: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dist/ as `make dist` writes it (the Python half): the sdist, and the wheel built from it."""
     if not reachable("pypi.org"):
         pytest.skip("no network to PyPI: building needs hatchling, installing the extras")
+    if importlib.util.find_spec("build") is None:
+        pytest.skip("the build package is not installed (the dev extra has it)")
     out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
-         str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
         capture_output=True, text=True, env=clean_env(), timeout=300,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    (built,) = out.glob("shortterm-*.whl")
-    return built
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(built: Path) -> Path:
+    (found,) = built.glob("shortterm-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def sdist_names(built: Path) -> set[str]:
+    """The sdist's paths, without its top directory (shortterm-<version>/)."""
+    (found,) = built.glob("shortterm-*.tar.gz")
+    with tarfile.open(found) as archive:
+        return {name.partition("/")[2] for name in archive.getnames()}
+
+
+def test_the_sdist_ships_the_examples(sdist_names: set[str]) -> None:
+    examples = {f"examples/{p.name}" for p in (ROOT / "examples").glob("*.py")}
+    assert examples and examples <= sdist_names, sorted(examples - sdist_names)
+    assert not any("__pycache__" in name for name in sdist_names)
+
+
+def test_the_fake_model_hint_names_a_shipped_example(sdist_names: set[str], tmp_path: Path) -> None:
+    """`shortterm fake-model` prints the example to try; the wheel has no examples/, so the
+    hint also says where it is: the sdist ships it, and the URL is the project's repository's."""
+    where = re.compile(r"^\(examples/ is in a clone and in the sdist, not in the wheel: (\S+)\)$")
+    with fake_model_process(tmp_path / "log.jsonl") as model:
+        deadline = time.monotonic() + 30  # the hint follows the URL line; wait for it
+        while not any(where.match(line) for line in model.stderr):
+            assert time.monotonic() < deadline, "".join(model.stderr)
+            time.sleep(0.05)
+        printed = "".join(model.stderr)
+    (path,) = re.findall(r"^try: python (\S+) ", printed, re.M)
+    assert path in sdist_names, path
+    (url,) = [m.group(1) for m in map(where.match, printed.splitlines()) if m]
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["urls"]
+    folder = path.rpartition("/")[0]
+    assert url == f"{urls['Repository'].removesuffix('.git')}/tree/main/{folder}", url
 
 
 def metadata(wheel: Path) -> Message:
@@ -128,10 +175,16 @@ def test_make_dist_builds_checks_and_packs_both_packages() -> None:
         ["make", "-n", "-B", "dist"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     steps = [
+        "-m pip install --quiet 'build>=1.2' 'twine>=5.1'\n",  # the build tools, nothing else
         "-m build --outdir dist .",
         "-m twine check --strict dist/*",
-        "cd clients/typescript && npm ci && npm run build && "
-        "npm pack --pack-destination ../../dist",
+        "cd clients/typescript && npm ci && npm pack --pack-destination ../../dist",
     ]
     where = [plan.find(step) for step in steps]
     assert -1 not in where and where == sorted(where), plan
+    # Not the dev venv (hundreds of MB, the project installed with every extra) ...
+    assert ".venv/" not in plan and "[dev" not in plan, plan
+    # ... and the client compiled once: by npm pack, whose prepack script builds it.
+    assert "npm run build" not in plan and "tsc" not in plan, plan
+    package = json.loads((ROOT / "clients" / "typescript" / "package.json").read_text("utf-8"))
+    assert package["scripts"]["prepack"] == "npm run build"

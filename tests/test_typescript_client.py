@@ -2,7 +2,9 @@
 Node tests pass against a real sidecar process on loopback (with a token) and, for the
 discord.js example, the scripted OpenAI-compatible model of the Python tool-loop test. In a
 copy of the package, ``npm pack`` builds before packing and ``npm test`` runs on its own
-(it starts a sidecar itself from ``shortterm`` on PATH, with no token).
+(it starts a sidecar itself from ``shortterm`` on PATH, with no token). A new project made as
+the package's README says (``npm init -y``, its edits, the packed tarball) compiles and runs
+the README's snippet, and ``turn.tools`` is typed without type arguments.
 
 Needs Node 20 or newer; without it the Node test skips with the reason, and under
 ``SHORTTERM_TEST_REQUIRE_SERVICES=1`` (CI) it fails instead. Dependencies come from the
@@ -17,9 +19,11 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -70,10 +74,10 @@ def _node() -> str:
     return node
 
 
-def _run(args: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        args, cwd=PACKAGE, capture_output=True, text=True, timeout=timeout, env=env
-    )
+def _run(
+    args: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path = PACKAGE
+) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -148,25 +152,42 @@ def _package_copy(tmp_path: Path) -> Path:
     return copy
 
 
-def test_npm_pack_builds_and_npm_test_runs_on_its_own(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Packed:
+    copy: Path  # the package copy it was packed from
+    tarball: Path
+    files: set[str]  # what npm says it packed
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Packed:
+    """`npm pack` in a copy of the package, once for the tests below."""
     _node()
     _install()
     npm = shutil.which("npm")
     assert npm is not None
+    tmp_path = tmp_path_factory.mktemp("pack")
     copy = _package_copy(tmp_path)
-    packed = subprocess.run(
+    done = subprocess.run(
         [npm, "pack", "--json", "--pack-destination", str(tmp_path)],
         cwd=copy,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert packed.returncode == 0, packed.stderr
+    assert done.returncode == 0, done.stderr
     # Lifecycle output comes first on stdout; the JSON report is the last thing printed.
-    report = json.loads(packed.stdout[packed.stdout.index("[\n") :])
-    files = {f["path"] for f in report[0]["files"]}
+    (report,) = json.loads(done.stdout[done.stdout.index("[\n") :])
+    files = {f["path"] for f in report["files"]}
+    return Packed(copy, tmp_path / report["filename"], files)
+
+
+def test_npm_pack_builds_and_npm_test_runs_on_its_own(packed: Packed) -> None:
+    npm = shutil.which("npm")
+    assert npm is not None
+    copy, files = packed.copy, packed.files
     expected = {"LICENSE", "README.md", "package.json", "dist/src/index.js", "dist/src/index.d.ts"}
-    assert expected <= files, sorted(files)
+    assert expected | {"dist/src/tools.d.ts"} <= files, sorted(files)
     assert not any(f.startswith(("dist/test", "dist/examples", "src/")) for f in files), files
 
     # `npm test` as a user runs it: shortterm on PATH, no SHORTTERM_* settings, no token.
@@ -185,3 +206,57 @@ def test_npm_pack_builds_and_npm_test_runs_on_its_own(tmp_path: Path) -> None:
     assert passed is not None and int(passed.group(1)) >= 40, done.stdout[-6000:]
     unfinished = re.search(r"^# (fail|cancelled|skipped) [1-9]", done.stdout, re.MULTILINE)
     assert unfinished is None, done.stdout[-6000:]
+
+
+# A user's second file: `tools` without type arguments has the shape of the format asked for,
+# so these compile under `strict` (with `unknown` elements, `.function` would not).
+TYPED_TOOLS = """\
+import type { ShortTermClient } from "shortterm-client";
+
+export async function shapes(memory: ShortTermClient): Promise<string[]> {
+  const ids = { user_id: "1", channel_id: "2" };
+  const chat = await memory.startTurn(ids);
+  const claude = await memory.startTurn({ ...ids, tools_format: "anthropic" });
+  const gemini = await memory.startTurn({ ...ids, messages: [], messages_format: "gemini" });
+  return [chat.tools[0]!.function.name, claude.tools[0]!.input_schema.type,
+    gemini.tools[0]!.parameters.type];
+}
+"""
+
+
+def _readme_quick_start() -> tuple[list[list[str]], str, str]:
+    """The TypeScript README's new-project steps: its `npm pkg set` commands (after
+    `npm init -y`), its tsconfig.json and its bot.ts."""
+    readme = (PACKAGE / "README.md").read_text(encoding="utf-8")
+    (steps,) = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "npm init -y" in b]
+    lines = steps.splitlines()
+    assert "npm init -y" in lines, steps
+    edits = [shlex.split(line, comments=True) for line in lines if line.startswith("npm pkg set")]
+    (tsconfig,) = re.findall(r"```json\n(.*?)```", readme, re.S)
+    (snippet,) = re.findall(r"```ts\n(.*?)```", readme, re.S)
+    return edits, tsconfig, snippet
+
+
+def test_a_new_project_as_the_readme_says_runs_its_snippet(packed: Packed, tmp_path: Path) -> None:
+    """`npm init -y` (npm 11 writes commonjs), the README's edits, the packed client installed;
+    the README's bot.ts compiles with its tsconfig and runs against a real sidecar, and
+    `turn.tools` is typed without type arguments."""
+    node, npm = _node(), shutil.which("npm")
+    assert npm is not None
+    edits, tsconfig, snippet = _readme_quick_start()
+    assert "http://127.0.0.1:8765" in snippet  # pointed at the test's sidecar below
+    bot = tmp_path / "my-bot"
+    bot.mkdir()
+    _run([npm, "init", "-y"], timeout=60, cwd=bot)
+    for edit in edits:  # `npm pkg set ...`
+        _run([npm, *edit[1:]], timeout=60, cwd=bot)
+    _run([npm, "install", "--no-audit", "--no-fund", str(packed.tarball)], timeout=120, cwd=bot)
+    # The README's `npm install --save-dev typescript`: the lockfile's, already installed.
+    (bot / "node_modules" / "typescript").symlink_to(PACKAGE / "node_modules" / "typescript")
+    (bot / "tsconfig.json").write_text(tsconfig, encoding="utf-8")
+    (bot / "typed-tools.ts").write_text(TYPED_TOOLS, encoding="utf-8")
+    with sidecar_process(f"sqlite:///{tmp_path / 'bot.db'}") as url:
+        (bot / "bot.ts").write_text(snippet.replace("http://127.0.0.1:8765", url), "utf-8")
+        _run([node, "node_modules/typescript/bin/tsc"], timeout=180, cwd=bot)  # `npx tsc`
+        printed = _run([node, "dist/bot.js"], timeout=60, cwd=bot)
+    assert printed.strip() == "[ 'update_short_term_memory' ]", printed

@@ -79,6 +79,8 @@ __all__ = [
 
 DEFAULT_PORT = 8800
 MODEL_ID = "shortterm-fake"
+# The scripts are in a clone and in the sdist, not in the wheel: the hint says where else.
+EXAMPLES_URL = "https://github.com/shortterm/shortterm/tree/main/examples"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -617,6 +619,7 @@ def run(
         f"try: python examples/openai_tool_loop.py --base-url {url} --model {MODEL_ID} "
         '"note that we hike the ridge trail on Saturday at 8"'
     )
+    echo(f"(examples/ is in a clone and in the sdist, not in the wheel: {EXAMPLES_URL})")
     try:
         asyncio.run(serve(create_app(log, echo=echo), sock))
     finally:

@@ -38,24 +38,33 @@ import type {
   TurnStart,
   UserSettingsModel,
 } from "./openapi.js";
+import type { MessagesFormat, ToolSpec, ToolSpecs, ToolsFormat, ToolsFormatOf } from "./tools.js";
 
 export type * from "./openapi.js";
+export type * from "./tools.js";
 
 /** A provider message in whatever shape `messages_format` says. */
 export type ProviderMessage = { [key: string]: unknown };
-/** A tool definition in whatever shape `tools_format` says. */
+/** A tool definition in whatever shape `tools_format` says (the loosest; see {@link ToolSpec}). */
 export type ProviderTool = { [key: string]: unknown };
 
 /**
  * A turn start. `M` is your provider library's message type (e.g. the `openai` package's
  * `ChatCompletionMessageParam`), so its messages go in, and come back spliced, as they are.
+ * `TF` and `MF` keep the formats asked for, so the answer's `tools` has their shape.
  */
-export interface TurnRequest<M = ProviderMessage> extends Omit<TurnStart, "messages"> {
+export interface TurnRequest<
+  M = ProviderMessage,
+  TF extends ToolsFormat | null = ToolsFormat | null,
+  MF extends MessagesFormat = MessagesFormat,
+> extends Omit<TurnStart, "messages" | "tools_format" | "messages_format"> {
   messages?: readonly M[] | null;
+  tools_format?: TF | null;
+  messages_format?: MF;
 }
 
 /** A started turn: `messages` (only when the request had some) and `tools` typed as asked. */
-export interface StartedTurn<M = ProviderMessage, T = ProviderTool> extends Omit<
+export interface StartedTurn<M = ProviderMessage, T = ToolSpec> extends Omit<
   TurnOut,
   "messages" | "tools"
 > {
@@ -494,14 +503,30 @@ export class ShortTermClient {
   /**
    * Start a turn: its id, the memory for the prompt and the tool definitions. Pass `messages`
    * (the prompt in the provider's shape, `messages_format`) to get them back with the memory
-   * spliced in, ready to send with `tools`. The type parameters name your provider library's
-   * message and tool types (the sidecar answers in the shape you asked for; only the answer's
-   * outline is checked here). Never retried: each call starts a turn.
+   * spliced in, ready to send with `tools`. Without type arguments `tools` has the shape of the
+   * format asked for ({@link ToolSpecs}: `tools_format`, else `messages_format` when there are
+   * messages, else OpenAI's) and `messages` the type of the messages passed; `<M, T>` names
+   * your provider library's message and tool types instead (only the answer's outline is
+   * checked here). Never retried: each call starts a turn.
    */
-  startTurn<M = ProviderMessage, T = ProviderTool>(
+  // The first signature infers the formats from the request. Explicit `<M, T>` skips it (a
+  // tool type fails `TF`'s constraint) for the second; a format known only at run time gets
+  // the union of its shapes, never a wrong one.
+  startTurn<
+    M = ProviderMessage,
+    TF extends ToolsFormat | null = null,
+    MF extends MessagesFormat = "openai",
+    P extends readonly M[] | null | undefined = readonly M[] | null | undefined,
+  >(
+    body: TurnRequest<M, TF, MF> & { messages?: P },
+    options?: CallOptions,
+  ): Promise<StartedTurn<M, ToolSpecs[ToolsFormatOf<TF, MF, P>]>>;
+  /** The same, typed by your provider library's types: `startTurn<Message, Tool>(...)`. */
+  startTurn<M = ProviderMessage, T = ToolSpec>(
     body: TurnRequest<M>,
-    options: CallOptions = {},
-  ): Promise<StartedTurn<M, T>> {
+    options?: CallOptions,
+  ): Promise<StartedTurn<M, T>>;
+  startTurn<M, T>(body: TurnRequest<M>, options: CallOptions = {}): Promise<StartedTurn<M, T>> {
     const expected = turnShape<M, T>(Array.isArray(body?.messages));
     return this.#json("POST", "/v1/turns", expected, { ...options, body });
   }

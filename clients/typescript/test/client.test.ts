@@ -4,12 +4,17 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
+import type { ChatCompletionTool } from "openai/resources/index";
+
 import {
   ShortTermAbortError,
   ShortTermClient,
   ShortTermError,
   TurnNotFoundError,
   type CaptureIn,
+  type MessagesFormat,
+  type ToolsFormat,
+  type TurnStart,
 } from "../src/index.js";
 import {
   findShortterm,
@@ -22,6 +27,15 @@ import {
 const unique = `ts-${process.pid}-${Date.now()}`;
 const TOKEN = "ts-client-own-token-0123456789";
 const server = `${unique}-guild`;
+
+const SCHEMA_KEYS = ["additionalProperties", "description", "properties", "required", "type"];
+const keys = (value: object): string[] => Object.keys(value).sort();
+
+// The hand-written tool shapes cover exactly the formats of the OpenAPI document.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const formatsCovered: Same<ToolsFormat, NonNullable<TurnStart["tools_format"]>> &
+  Same<MessagesFormat, NonNullable<TurnStart["messages_format"]>> = true;
+void formatsCovered;
 
 const CAPTURE: CaptureIn = {
   history: [{ role: "user", content: "Hike on Saturday?", author_id: "111", speaker: "Ana" }],
@@ -87,7 +101,7 @@ describe("against a real sidecar", { skip: missingSidecar() || false }, () => {
         { role: "user", content: items[0]!.text },
         prompt[1],
       ]);
-      assert.equal((general.tools[0] as { type: string }).type, "function");
+      assert.equal(general.tools[0]!.function.name, "update_short_term_memory"); // no cast
     });
 
     it("renders anthropic messages and tools", async () => {
@@ -98,8 +112,35 @@ describe("against a real sidecar", { skip: missingSidecar() || false }, () => {
         messages: [{ role: "user", content: "hi" }],
         messages_format: "anthropic",
       });
-      assert.ok("input_schema" in turn.tools[0]!);
+      assert.equal(turn.tools[0]!.input_schema.type, "object"); // typed by messages_format
       assert.equal(turn.messages?.at(-1)?.content, "hi");
+    });
+
+    it("gives each tools_format's tool the shape its type declares", async () => {
+      const shapes = `${unique}-shapes`; // a server of its own, so summary mode
+      const start = <F extends ToolsFormat>(tools_format: F) =>
+        memory.startTurn({ user_id: "1", channel_id: "c", server_id: shapes, tools_format });
+      // Each line type-checks without type arguments; the keys pin the hand-written types
+      // (src/tools.ts) to what the sidecar renders.
+      const openai = (await start("openai")).tools[0]!;
+      const chatTool: ChatCompletionTool = openai; // fits the openai package as it is
+      assert.deepEqual(keys(chatTool.function), ["description", "name", "parameters", "strict"]);
+      assert.deepEqual(keys(openai.function.parameters), SCHEMA_KEYS);
+      const responses = (await start("openai-responses")).tools[0]!;
+      assert.deepEqual(keys(responses), ["description", "name", "parameters", "strict", "type"]);
+      const anthropic = (await start("anthropic")).tools[0]!;
+      assert.deepEqual(keys(anthropic), ["description", "input_schema", "name"]);
+      assert.deepEqual(keys(anthropic.input_schema), SCHEMA_KEYS);
+      const gemini = (await start("gemini")).tools[0]!;
+      assert.deepEqual(keys(gemini), ["description", "name", "parameters"]);
+      assert.equal(gemini.parameters.type, "OBJECT");
+      assert.equal(gemini.parameters.properties.summary!.type, "STRING");
+      const mcp = (await start("mcp")).tools[0]!;
+      assert.deepEqual(keys(mcp), ["description", "inputSchema", "name"]);
+      assert.deepEqual(mcp.inputSchema.properties.summary, {
+        type: "string",
+        description: mcp.inputSchema.properties.summary!.description,
+      });
     });
   });
 

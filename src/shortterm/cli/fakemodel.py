@@ -33,6 +33,9 @@ def fake_model(host: str, port: int, log_requests: Path | None) -> None:
     Example: shortterm fake-model --log-requests prompts.jsonl
     Then:    python examples/openai_tool_loop.py --base-url http://127.0.0.1:8800/v1 \\
                  --model shortterm-fake "note that we hike at 8"
+
+    examples/ is in a clone and in the sdist, not in the wheel:
+    https://github.com/shortterm/shortterm/tree/main/examples
     """
     from ..fake_model import run
 
