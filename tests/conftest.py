@@ -23,6 +23,7 @@ from shortterm.store.base import Store
 from shortterm.store.reference import ReferenceStore
 from shortterm.store.sqlite import SQLiteStore
 from tests.cluster_support import Cluster, redis_url_for, require_redis_server, running_cluster
+from tests.pgbouncer_support import running_pgbouncer
 from tests.support import (
     CacheFactory,
     FakeClock,
@@ -39,7 +40,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-STORE_BACKENDS = ["memory", "sqlite", "postgres"]
+STORE_BACKENDS = ["memory", "sqlite", "postgres", "pgbouncer"]  # pgbouncer: PostgreSQL through it
 CACHE_BACKENDS = ["inprocess", "redis", "redis-cluster"]
 
 
@@ -51,6 +52,14 @@ def redis_cluster() -> Iterator[Cluster]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def pgbouncer_url() -> Iterator[str]:
+    """The test PostgreSQL through a PgBouncer in transaction mode of our own (Debian's
+    pgbouncer), for the session: the URL, without ``pooler=transaction``."""
+    with running_pgbouncer(service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")) as url:
+        yield url
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
@@ -60,8 +69,12 @@ async def store_factory(
     shared = ReferenceStore()
     pg_url = ""
     schema = f"t_{uuid.uuid4().hex[:16]}"  # one schema per test, shared by its stores
+    store_url = ""
     if request.param == "postgres":
+        pg_url = store_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+    elif request.param == "pgbouncer":
         pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
+        store_url = with_query(request.getfixturevalue("pgbouncer_url"), pooler="transaction")
 
     async def make() -> Store:
         store: Store
@@ -69,10 +82,10 @@ async def store_factory(
             store = shared
         elif request.param == "sqlite":
             store = SQLiteStore(tmp_path / "conformance.db")
-        elif request.param == "postgres":
+        elif request.param in ("postgres", "pgbouncer"):
             from shortterm.store.postgres import PostgresStore
 
-            store = PostgresStore.from_url(pg_url, schema=schema)
+            store = PostgresStore.from_url(store_url, schema=schema)
         else:  # pragma: no cover - a backend added to STORE_BACKENDS without a branch here
             raise AssertionError(request.param)
         await store.migrate()

@@ -7,9 +7,11 @@ tiers itself instead, each with one cheap read (the journal head; one hot-tier r
 by ``timeout_s``. A hot tier that can ``ping`` (Redis) is also pinged on every node that holds
 data: a Redis Cluster's dead master refuses connections at once, but the one record read
 reaches only its own slot's master, and the cluster takes its node timeout (seconds) to
-declare the master failed. The answer is kept for ``max_age_s``: a load balancer, a Kubernetes
-probe and a monitoring scrape hitting every replica cost one round trip per tier per second,
-and concurrent requests share one probe.
+declare the master failed. A PostgreSQL store whose pool let a wait for a connection time out
+is not ready until a wait begun after it is served (``pool_trouble``): the probe's one read may
+get through while the bot's operations queue. The answer is kept for ``max_age_s``: a load
+balancer, a Kubernetes probe and a monitoring scrape hitting every replica cost one round trip
+per tier per second, and concurrent requests share one probe.
 """
 
 from __future__ import annotations
@@ -83,6 +85,13 @@ async def _ping_cache(memory: Memory) -> None:
     await memory.ping_cache()
 
 
+def _pool_trouble(memory: Memory) -> str | None:
+    """Why the store's pool could not serve lately (PostgreSQL's ``pool_trouble``), known
+    without a read."""
+    trouble = getattr(memory.store, "pool_trouble", None)
+    return f"the store is unavailable: {trouble}" if isinstance(trouble, str) else None
+
+
 def _retrieve(task: asyncio.Task[object]) -> None:
     # A read given up on may fail later with nobody awaiting it: its error is reported by
     # the probe that follows, not by asyncio's "exception was never retrieved".
@@ -108,6 +117,7 @@ class Readiness:
         self._last: tuple[float, Verdict] | None = None
 
         self._store = _Probe("store", memory.ping_store)
+        self._pool_trouble = functools.partial(_pool_trouble, memory)
         self._cache = _Probe("cache", functools.partial(_ping_cache, memory))
 
     async def check(self) -> Verdict:
@@ -119,6 +129,6 @@ class Readiness:
             store, cache = await asyncio.gather(
                 self._store.answer(self._timeout_s, now), self._cache.answer(self._timeout_s, now)
             )
-            verdict = Verdict(store=store, cache=cache)
+            verdict = Verdict(store=self._pool_trouble() or store, cache=cache)
             self._last = (self._clock(), verdict)
             return verdict

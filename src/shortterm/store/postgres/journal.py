@@ -4,7 +4,9 @@ Followers learn of a change from NOTIFY on the schema's channel, then read the j
 A NOTIFY that never arrives is indistinguishable from no change, so the listening connection
 must also keep proving that it is alive; while it cannot, followers read the journal's end on
 every call. A distilled write's NOTIFY names its entry: the process that wrote it does not
-read it back (:meth:`JournalListener.own`).
+read it back (:meth:`JournalListener.own`). Through a pooler in transaction mode nothing can
+LISTEN (the session is not ours between statements): the same connection then only polls the
+journal's end, which is what its heartbeat reads anyway.
 """
 
 from __future__ import annotations
@@ -58,6 +60,21 @@ async def append(
     return seq
 
 
+async def rewound(conn: Conn, t: str, past: int, now: float) -> int:
+    """The journal went back below ``past`` (see ``Store.journal_rewound``): its sequence is
+    moved to a *floor* above ``past`` and above every number it handed out, and a ``pruned``
+    entry through that floor journaled (the floor itself is no entry's number, so every
+    follower that passed the journal's end reloads). Inside the caller's forget transaction,
+    whose journal lock keeps every other append out. Returns the entry's sequence."""
+    cur = await conn.execute(
+        "SELECT setval(s, GREATEST(%s, COALESCE(pg_sequence_last_value(s), 0)) + 1) "
+        "FROM (SELECT pg_get_serial_sequence(%s, 'seq')::regclass AS s) AS q",
+        (past, f"{t}journal"),
+    )
+    floor = int(one(await cur.fetchone())[0])
+    return await append(conn, t, "pruned", [str(floor)], [EVERY_TARGET], now)
+
+
 async def prune(conn: Conn, t: str, now: float) -> int | None:
     """Delete the journal entries and fence rows older than the journal's retention, and
     journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every
@@ -86,13 +103,30 @@ class JournalListener:
     answers True: the caller reads the journal itself, one cheap query. So a forget made
     elsewhere is applied here at most ``timeout_s`` after it committed, whatever the
     connection does.
+
+    ``conninfo`` is where to listen (default: the pool's). With ``notify=False`` (through a
+    pooler in transaction mode) the connection does not LISTEN and prepares nothing: the
+    heartbeat alone tells a change, as a moved journal end, so a forget made elsewhere is
+    still applied here within ``timeout_s``, only no sooner than the next heartbeat.
     """
 
-    def __init__(self, pool: Pool, channel: str, head_sql: str, *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        channel: str,
+        head_sql: str,
+        *,
+        timeout_s: float,
+        conninfo: str | None = None,
+        notify: bool = True,
+    ) -> None:
         self._pool = pool
         self._channel = channel
         self._head_sql = head_sql  # reads the journal's end: the heartbeat
         self._timeout_s = timeout_s
+        self._conninfo = conninfo
+        self._notify = notify
+        self._stop = asyncio.Event()  # set by close(): ends a polling pause at once
         self._task: asyncio.Task[None] | None = None
         self._conn: Conn | None = None  # the listening connection, while one is open
         self._announced = False  # a change was heard since the last call of moved()
@@ -139,7 +173,7 @@ class JournalListener:
         """Hold one connection LISTENing. After a failure, reconnect at once if the lost
         connection had proved itself, else after a growing pause: callers read the journal
         themselves meanwhile, so there is no hurry."""
-        conninfo = self._pool.conninfo
+        conninfo = self._conninfo or self._pool.conninfo
         if not isinstance(conninfo, str):
             return  # a computed conninfo: moved() stays True, every call reads the journal
         while not self._closed:
@@ -152,27 +186,39 @@ class JournalListener:
 
     async def _session(self, conninfo: str) -> None:
         """One listening connection, from connecting until it fails or we close."""
+        # Through a transaction pooler a named prepared statement may land on another
+        # client's server connection: prepare nothing there.
+        prepare = 5 if self._notify else None
         conn = await asyncio.wait_for(
-            psycopg.AsyncConnection.connect(conninfo, autocommit=True),
+            psycopg.AsyncConnection.connect(conninfo, autocommit=True, prepare_threshold=prepare),
             max(_CONNECT_TIMEOUT_S, self._timeout_s),
         )
         self._conn = conn
         try:
             async with conn:
-                await self._answer(conn, f'LISTEN "{self._channel}"')
+                if self._notify:
+                    await self._answer(conn, f'LISTEN "{self._channel}"')
                 # Whatever was journaled while we did not listen is read once more.
                 self._announced = True
                 while not self._closed:
                     await self._prove(conn)
                     self._failures = 0
-                    # Notifications that arrived during the heartbeat are yielded first.
-                    async for note in conn.notifies(timeout=self._timeout_s / 3):
-                        if note.payload in self._own:
-                            del self._own[note.payload]
-                        else:
-                            self._announced = True
+                    await self._pause(conn)
         finally:
             self._conn = None
+
+    async def _pause(self, conn: Conn) -> None:
+        """Until the next heartbeat is due: hearing notifications, or only waiting."""
+        if not self._notify:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._timeout_s / 3)
+            return
+        # Notifications that arrived during the heartbeat are yielded first.
+        async for note in conn.notifies(timeout=self._timeout_s / 3):
+            if note.payload in self._own:
+                del self._own[note.payload]
+            else:
+                self._announced = True
 
     async def _prove(self, conn: Conn) -> None:
         """A heartbeat: read the journal's end. Its answer proves every NOTIFY committed
@@ -183,8 +229,13 @@ class JournalListener:
         row = await self._answer(conn, self._head_sql)
         head = None if row is None else int(row[0])
         if head != self._head:
-            self._head = head
-            if str(head) != self._own_last:
+            before, self._head = self._head, head
+            ours = str(head) == self._own_last
+            if not self._notify:
+                # No NOTIFY tells of another process's entry just before ours: the end must
+                # have moved by ours alone (a gap in the sequence costs one read, no more).
+                ours = ours and before is not None and head == before + 1
+            if not ours:
                 self._announced = True
         self._proved_until = sent + self._timeout_s
 
@@ -201,6 +252,7 @@ class JournalListener:
 
     async def close(self) -> None:
         self._closed = True
+        self._stop.set()
         task, conn = self._task, self._conn
         if task is None:
             return

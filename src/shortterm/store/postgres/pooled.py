@@ -1,26 +1,41 @@
 """The PostgreSQL store's plumbing over its pool: every operation bounded in time, driver
-errors mapped, transactions and the fence's locks, the schema."""
+errors mapped, transactions and the fence's locks, the schema.
+
+Nothing here needs a session of its own, so the pool may sit behind a pooler in transaction
+mode (``pooler="transaction"``): locks are transaction advisory locks, the migration's
+``search_path`` is ``SET LOCAL``, tables are named with their schema, no temporary table; what
+does need a session is left out there (prepared statements, ``LISTEN``: see :mod:`.journal`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from ...model.errors import ConfigError, StoreUnavailable
 from ..sql_common import Statements
 from . import journal, schema, sql
-from .connection import Conn, Pool, first_contact, recheck
+from .connection import Conn, Pool, PoolWatch, first_contact, pooler_hint, recheck
 from .values import lock_key, one
 
 __all__ = ["PooledStore"]
 
 
 class PooledStore:
-    """A pool of connections to one database (one schema in it), and a journal listener."""
+    """A pool of connections to one database (one schema in it), and a journal listener.
+
+    ``pooler="transaction"``: the pool's connections reach a pooler in transaction mode
+    (PgBouncer's ``pool_mode = transaction``, …), so each transaction may run on another server
+    connection. The pool must then prepare nothing (its ``kwargs`` say
+    ``prepare_threshold=None``), and the journal is not LISTENed to through it: the
+    listener polls the journal's end instead, or LISTENs at ``listen_url`` (a direct
+    connection) when given.
+    """
 
     def __init__(
         self,
@@ -30,6 +45,8 @@ class PooledStore:
         owns_pool: bool = False,
         operation_timeout_s: float = 30.0,
         listen_timeout_s: float = 1.0,
+        pooler: Literal["transaction"] | None = None,
+        listen_url: str | None = None,
     ) -> None:
         for name, value in (
             ("operation_timeout_s", operation_timeout_s),
@@ -42,11 +59,15 @@ class PooledStore:
                 f"schema={schema!r}: use 1-63 letters, digits or underscores, not starting "
                 "with a digit"
             )
+        _check_pooler(pool, pooler)
         self.pool = pool
         self.schema = schema
+        self.pooler = pooler
         self.operation_timeout_s = operation_timeout_s
         self._owns_pool = owns_pool
-        self._first: tuple[str, dict[str, Any]] | None = None  # how to connect, for the probe
+        # How to connect, for the probe before the pool opens: the pool's way, then listen_url.
+        self._first: list[tuple[str, dict[str, Any], str]] = []
+        self._watch = PoolWatch()  # told of connection attempts by a pool from_url made
         self._opened = False
         self._closed = False
         t = f'"{schema}".' if schema else ""
@@ -62,6 +83,8 @@ class PooledStore:
             self._channel,
             f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
             timeout_s=listen_timeout_s,
+            conninfo=listen_url,
+            notify=pooler is None or listen_url is not None,
         )
         self._put = sql.PUT.format(t=t)
         self._multi: dict[tuple[int, bool, bool], str] = {}
@@ -74,31 +97,84 @@ class PooledStore:
         if self._closed:
             raise StoreUnavailable("PostgreSQL store is closed")
         sent = False  # once the caller has the connection, a failure is ambiguous
+        waiting: tuple[float, float, str] | None = None  # a pool wait: since, bound, its name
         try:
             # The bound covers the caller's statements too: they run while we are suspended
             # at the yield, in the same task.
-            async with asyncio.timeout(self.operation_timeout_s):
+            async with asyncio.timeout(self.operation_timeout_s) as bound:
                 if not self._opened and self._owns_pool:
-                    if self._first is not None:
-                        await first_contact(*self._first, what)
-                    await self.pool.open(wait=True, timeout=self.pool.timeout)
-                    self._opened = True
-                async with self.pool.connection() as conn:
+                    await self._open(what)
+                waiting = self._wait_bound(bound)
+                async with self.pool.connection(timeout=waiting[1]) as conn:
+                    self._watch.served(waiting[0])
+                    waiting = None
                     sent = True
                     yield conn
         except TimeoutError as exc:
+            if waiting is not None:
+                raise self._exhausted(what, waiting[2]) from exc
             raise StoreUnavailable(
                 f"PostgreSQL {what} got no answer within {self.operation_timeout_s:g} s "
                 "(operation_timeout_s)",
                 maybe_applied=sent,
             ) from exc
         except psycopg.Error as exc:
+            if waiting is not None and isinstance(exc, PoolTimeout):
+                raise self._exhausted(what, waiting[2]) from exc
             if isinstance(exc, psycopg.OperationalError):
                 await recheck(self.pool)
+            hint = "" if self.pooler else pooler_hint(exc)
             raise StoreUnavailable(
-                f"PostgreSQL {what} failed: {exc}",
+                f"PostgreSQL {what} failed: {exc}{hint}",
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
             ) from exc
+
+    async def _open(self, what: str) -> None:
+        for conninfo, kwargs, via in self._first:
+            try:
+                await first_contact(conninfo, kwargs, what)
+            except StoreUnavailable as exc:
+                if not via:
+                    raise
+                raise StoreUnavailable(f"{via}: {exc}") from exc.__cause__
+        await self.pool.open(wait=True, timeout=self.pool.timeout)
+        self._opened = True
+
+    def _wait_bound(self, bound: asyncio.Timeout) -> tuple[float, float, str]:
+        """How long a wait for a pooled connection may last from now: ``pool_timeout_s``, or
+        what is left of ``operation_timeout_s`` if that ends first (the bound the caller was
+        promised holds whichever way the wait ends). With the monotonic time it began, and
+        the bound's name."""
+        now, deadline = time.monotonic(), bound.when()
+        left = self.pool.timeout
+        if deadline is not None:
+            left = deadline - asyncio.get_running_loop().time()
+        if self.pool.timeout <= left:
+            return now, self.pool.timeout, "pool_timeout_s"
+        return now, max(left, 0.001), "operation_timeout_s"
+
+    def _exhausted(self, what: str, name: str) -> StoreUnavailable:
+        """The error of a wait for a pooled connection that outlasted its bound, with the
+        server's refusal when a connection attempt met one; kept for readiness. ``name``:
+        the bound that ended it."""
+        bound_s = self.pool.timeout if name == "pool_timeout_s" else self.operation_timeout_s
+        message = (
+            f"PostgreSQL {what}: no connection free within {bound_s:g} s ({name}): the pool "
+            f"(pool_max_size={self.pool.max_size}) is exhausted or the server refuses new "
+            "connections"
+        )
+        refused = self._watch.refused
+        if refused is not None:
+            message += f": {refused}"
+        self._watch.timed_out(message)
+        return StoreUnavailable(message, maybe_applied=False)
+
+    @property
+    def pool_trouble(self) -> str | None:
+        """Why the pool could not serve lately: the error of the newest wait for a connection
+        that timed out, until a wait begun after it is served. Changes nothing; readiness
+        reports it (a probe's own read may well be served while the bot's operations wait)."""
+        return self._watch.trouble
 
     @asynccontextmanager
     async def _tx(self, what: str) -> AsyncIterator[Conn]:
@@ -137,3 +213,23 @@ class PooledStore:
         await self._listener.close()
         if self._owns_pool:
             await self.pool.close()
+
+
+def _check_pooler(pool: Pool, pooler: str | None) -> None:
+    """A pool behind a transaction pooler must not prepare: psycopg's statement names repeat
+    on every connection, so a name prepared by another client on the same server connection
+    would be taken for ours."""
+    if pooler is None:
+        return
+    if pooler != "transaction":
+        raise ConfigError(
+            f"pooler={pooler!r}: the one mode that needs saying is 'transaction' (PgBouncer's "
+            "pool_mode = transaction and the like); a session-mode pooler needs no option"
+        )
+    if not isinstance(pool.kwargs, dict):
+        return  # computed per connection: the caller's to get right
+    if pool.kwargs.get("prepare_threshold", 5) is not None:
+        raise ConfigError(
+            "pooler='transaction': make the pool with kwargs={'autocommit': True, "
+            "'prepare_threshold': None}: no statement may be prepared through the pooler"
+        )

@@ -18,6 +18,8 @@ OWN_OPTIONS = (
     "pool_reconnect_timeout_s",
     "operation_timeout_s",
     "listen_timeout_s",
+    "pooler",
+    "listen_url",
 )
 
 

@@ -10,21 +10,27 @@ in :mod:`.sql`, values in :mod:`.values`, connecting in :mod:`.connection`, the 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from psycopg_pool import AsyncConnectionPool
 
 from ...model import fence as fencing
 from ...model import urls
+from ...model.errors import ConfigError
 from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import sql
-from .connection import Pool, check_options
+from .connection import Pool, PoolWatch, check_options, watched_connection
 from .journaling import Journaling
 from .values import clean, jsonb, one, one_row, put_row_params, scope_params, scope_row, targets_of
 
-__all__ = ["PostgresStore"]
+__all__ = ["POOL_MAX_SIZE", "PostgresStore"]
+
+# Connections a process's pool may open (``pool_max_size``); with its LISTEN connection, each
+# process may hold this plus one of the server's ``max_connections`` (docs/design.md, "The
+# connection budget"). Four carry one process's load as fast as ten did.
+POOL_MAX_SIZE = 4
 
 
 class PostgresStore(Journaling):
@@ -37,10 +43,17 @@ class PostgresStore(Journaling):
 
     @classmethod
     def from_url(cls, url: str, *, schema: str | None = None) -> PostgresStore:
-        """``postgresql://user@host:5432/db?schema=name&pool_max_size=10``.
+        """``postgresql://user@host:5432/db?schema=name&pool_max_size=4``.
 
         The pool is created closed; it opens on first use (``migrate`` at ``shortterm.open``).
         An option neither ours nor libpq's is refused here (``ConfigError``), by name.
+
+        ``pooler=transaction`` says the URL reaches a pooler in transaction mode (PgBouncer,
+        …): said, not detected, because nothing a client sees tells such a pooler from the
+        server (PgBouncer answers ``SHOW`` only on its admin console, and passes the server's
+        parameters through), and a wrong guess towards prepared statements would run another
+        client's statement of the same name. ``listen_url`` (percent-encoded) is a direct
+        connection to LISTEN on; without it, through the pooler, the journal's end is polled.
         """
         conninfo, options = urls.split_options(
             url,
@@ -50,17 +63,31 @@ class PostgresStore(Journaling):
         )
         check_options(conninfo, url, sql.OWN_OPTIONS)
         min_size = urls.at_least_one(options, "pool_min_size", 1, url)
-        max_size = max(min_size, urls.at_least_one(options, "pool_max_size", 10, url))
+        max_size = max(min_size, urls.at_least_one(options, "pool_max_size", POOL_MAX_SIZE, url))
         timeout_s = urls.positive_seconds(options, "pool_timeout_s", 30.0, url)
         reconnect_s = urls.positive_seconds(options, "pool_reconnect_timeout_s", 2.0, url)
         operation_timeout_s = urls.positive_seconds(options, "operation_timeout_s", 30.0, url)
         listen_timeout_s = urls.positive_seconds(options, "listen_timeout_s", 1.0, url)
-        if "application_name=" not in conninfo:
-            conninfo += ("&" if "?" in conninfo else "?") + "application_name=shortterm"
-        connect_kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0}
+        pooler = _pooler(options, url)
+        listen_url = options.get("listen_url") or None
+        if listen_url is not None:
+            try:
+                check_options(listen_url, listen_url, ())
+            except ConfigError as exc:
+                raise ConfigError(f"listen_url: {exc}") from None
+            listen_url = _named(listen_url)
+        conninfo = _named(conninfo)
+        # Through a transaction pooler nothing is prepared (see above); else every statement
+        # is, on first use.
+        connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": None if pooler else 0,
+        }
+        watch = PoolWatch()
         pool: Pool = AsyncConnectionPool(
             conninfo,
             kwargs=connect_kwargs,
+            connection_class=watched_connection(watch),
             min_size=min_size,
             max_size=max_size,
             timeout=timeout_s,
@@ -74,8 +101,13 @@ class PostgresStore(Journaling):
             owns_pool=True,
             operation_timeout_s=operation_timeout_s,
             listen_timeout_s=listen_timeout_s,
+            pooler=pooler,
+            listen_url=listen_url,
         )
-        store._first = (conninfo, connect_kwargs)
+        store._watch = watch
+        store._first = [(conninfo, connect_kwargs, "")]
+        if listen_url is not None:
+            store._first.append((listen_url, {"autocommit": True}, "listen_url"))
         return store
 
     # -- plumbing -------------------------------------------------------------------------
@@ -328,3 +360,23 @@ class PostgresStore(Journaling):
             yield [scope_row(r[1:]) for r in rows]
             if len(rows) < batch_rows:
                 return
+
+
+def _pooler(options: dict[str, str], url: str) -> Literal["transaction"] | None:
+    value = options.get("pooler", "none")
+    if value == "transaction":
+        return "transaction"
+    if value == "none":
+        return None
+    raise ConfigError(
+        f"pooler={value!r} in {urls.shown_url(url)!r}: use pooler=transaction for a pooler in "
+        "transaction mode (PgBouncer, …), or none (the default: the server, or a pooler in "
+        "session mode)"
+    )
+
+
+def _named(conninfo: str) -> str:
+    """``conninfo`` with ``application_name=shortterm`` unless it names itself."""
+    if "application_name=" in conninfo:
+        return conninfo
+    return conninfo + ("&" if "?" in conninfo else "?") + "application_name=shortterm"
