@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from shortterm.model import Category, Privacy, ScopeKey, ServerSettings, UserSettings
+from shortterm.model.fence import WriteFence, turn_target
 from shortterm.model.text import clean_text
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from tests.support import T0, StoreFactory
@@ -426,3 +427,27 @@ async def test_list_servers_follows_deletions(store_factory: StoreFactory) -> No
     # A second store on the same data sees the same list (SQL backends: the same database).
     again = await store_factory()
     assert [s.server_name for s in await again.list_servers(after=None, limit=10)] == ["Back"]
+
+
+async def test_an_upgrade_taken_over_is_decided_once_and_fences_the_lapsed_write(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory()
+    since = await store.journal_head()
+    dead, live = turn_target("turn1", "dead.1"), turn_target("turn1", "live.2")
+    # Nothing of the lapsed owner's landed: its write is fenced off for good...
+    seq = await store.fence_upgrade([U, S], since=since, targets=[dead], now=T0)
+    assert seq is not None and seq > since
+    theirs = WriteFence(since, "u1", extra_targets=(dead,))
+    both = [(U, GUILD), (S, GUILD)]
+    assert await store.write_distilled(both, SUMMARY, reset_counter=S, now=T0, fence=theirs) == []
+    # ...while the taker's own write, begun before that entry, lands (and is journaled).
+    ours = WriteFence(since, "u1", extra_targets=(live,))
+    rows = await store.write_distilled(both, SUMMARY, reset_counter=S, now=T0, fence=ours)
+    assert [r.key for r in rows] == [U, S]
+    # A takeover from the taker finds its write and journals nothing; another scope's does.
+    head = await store.journal_head()
+    assert await store.fence_upgrade([S], since=seq, targets=[live], now=T0) is None
+    assert await store.journal_head() == head
+    other = ScopeKey.user("u2", "c1", "p1")
+    assert await store.fence_upgrade([other], since=seq, targets=[live], now=T0) is not None

@@ -63,7 +63,9 @@ async def test_errors_are_declared_with_the_problem_shape(asgi: httpx.AsyncClien
             assert "413" in responses, (method, path)
         if "{turn_id}" in path or path.endswith("/entry"):
             assert "404" in responses, (method, path)
-        for status in ("404", "413", "422", "503"):
+        # Another request holding the turn (a replica that died mid-call): turn_busy.
+        assert ("409" in responses) is path.endswith(("/tool-calls", "/capture")), path
+        for status in ("404", "409", "413", "422", "503"):
             if status in responses:
                 media = responses[status]["content"]["application/json"]
                 assert media["schema"]["$ref"] == problem

@@ -117,7 +117,12 @@ async def test_a_capture_through_both_replicas_at_once_lands_once(
         done = await asyncio.gather(
             *(c.post(f"/v1/turns/{turn_id}/capture", json=CAPTURE) for c in clients)
         )
-        assert sorted(r.status_code for r in done) == [204, 404]
+        # The second is a 404 once the first ended the turn, a 409 while it was capturing.
+        assert sorted(r.status_code for r in done) in ([204, 404], [204, 409])
+        for busy in (r for r in done if r.status_code == 409):
+            assert busy.json()["code"] == "turn_busy", busy.text
+            assert "captured by another request, on another sidecar replica" in busy.text
+            assert int(busy.headers["Retry-After"]) >= 1
         entry = (await clients[0].get(f"/v1/servers/333/channels/{channel}/entry")).json()
         assert entry["turns_since_refresh"] == 1  # counted once
 

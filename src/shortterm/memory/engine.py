@@ -475,6 +475,20 @@ class Engine:
                     await cache.delete(row.key)
         return rows
 
+    async def take_over_upgrade(
+        self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str]
+    ) -> bool:
+        """A turn's upgrade claim taken over from owners that missed their deadline (their
+        process died mid-call): whether one of their writes landed, decided by the durable
+        tier once. When none did, their writes (carrying ``targets``) are fenced off for
+        good, so the caller's own write is the only one that can land."""
+        store = self.tiers.store
+        seq = await store.fence_upgrade(scopes, since=since, targets=targets, now=self.clock())
+        if seq is None:
+            return True
+        await self.journal.caught_up_to(seq)  # as after any entry of ours: the marks pass it
+        return False
+
     async def edit(self, key: ScopeKey, change: DistilledWrite) -> Entry | None:
         """An admin edit of one scope, durable; what the scope remembers after it."""
         fence = await self.begin_write()

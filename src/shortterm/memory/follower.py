@@ -15,7 +15,7 @@ from contextlib import suppress
 from ..cache.base import PrivateTier
 from ..model import ScopeKey
 from ..model.errors import StoreUnavailable
-from ..model.fence import EVERY_TARGET, JournalEntry, WriteFence
+from ..model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
@@ -55,6 +55,10 @@ class JournalFollower:
         self._unsure_forgets = unsure_forgets
         self._settle_forgets = settle_forgets
         self.head = 0
+        # The entry at ``head`` as read, to recognise it again (None: the position was taken
+        # without reading it); see _past_our_position.
+        self._at_head: JournalEntry | None = None
+        self.rewinds = 0  # times the journal was found gone back below our position
         # The newest entry that is not a distilled write (a forget, a prune, a settings
         # change): a shared hot tier serves nothing from a part that has not applied it.
         self.forgets = 0
@@ -104,7 +108,8 @@ class JournalFollower:
         await self.catch_up()
         # Every entry up to a mark was committed when it was set, and catch_up applied
         # those still kept: the position may stand on the mark even if its entry is gone.
-        self.head = max(self.head, mark)
+        if mark > self.head:
+            self.head, self._at_head = mark, None
 
     def _forgot(self, seq: int) -> None:
         if seq > self.forgets:
@@ -158,8 +163,23 @@ class JournalFollower:
         twice). A ``pruned`` entry newer than our position means entries we never applied
         are gone: a private hot tier is then dropped and reloaded (see :meth:`_gap`)."""
         gap = False
+        store = self._tiers.store
+        checked = self.head == 0  # position 0 is no entry: nothing to recognise
         while True:
-            entries = await self._tiers.store.journal_since(self.head, limit=_JOURNAL_PAGE)
+            # The first read starts at our own entry, to see that the journal still has it.
+            head, known = self.head, self._at_head
+            entries = await store.journal_since(head if checked else head - 1, limit=_JOURNAL_PAGE)
+            if not checked:
+                checked = True
+                ours = entries[0] if entries and entries[0].seq == head else None
+                entries, rewound = _past_our_position(entries, head, known)
+                if self.head != head:
+                    rewound = False  # another catch-up moved us meanwhile: it read on from there
+                elif known is None and ours is not None:
+                    self._at_head = ours  # recognised from now on
+                if rewound:
+                    await self._rewound()
+                    continue  # the new entry is read next, and is a gap here too
             if not entries:
                 break
             now = self._clock()
@@ -174,12 +194,28 @@ class JournalFollower:
             if reload:
                 await self._reload_settings()
             # Only now: a write fenced at the new position relies on all of the above.
-            self.head = max(self.head, entries[-1].seq)
+            if entries[-1].seq > self.head:
+                self.head, self._at_head = entries[-1].seq, entries[-1]
             self._health.count("journal_entries", len(entries))
             if len(entries) < _JOURNAL_PAGE:
                 break
         if gap:
             await self._gap()
+
+    async def _rewound(self) -> None:
+        """The journal went back below our position: entries written since may reuse the
+        numbers we passed, and a read after our position would skip them, forgets included.
+        The store moves the journal past us with a ``pruned`` entry through a floor above
+        every number used (``Store.journal_rewound``); this process, and every other that
+        passed the journal's end, then meets it as a gap and reloads."""
+        self.rewinds += 1
+        log.warning(
+            "shortterm's journal went back below this process's position %d (a PostgreSQL "
+            "failover that lost entries, or a restored backup): moving it forward and "
+            "reloading what this process holds",
+            self.head,
+        )
+        await self._tiers.store.journal_rewound(self.head, now=self._clock())
 
     async def _gap(self) -> None:
         """Entries we never applied were pruned (or the journal was created anew): what they
@@ -240,7 +276,8 @@ class JournalFollower:
         it; then a shared hot tier moves its marks past it (replaying it, and any other
         forget a part of it is short of, in one step per part with the mark's move)."""
         if self.head == seq - 1:
-            self.head = seq  # no other entry can lie between: nothing else to apply
+            # No other entry can lie between: nothing else to apply.
+            self.head, self._at_head = seq, None
         elif self.head < seq:
             await self.catch_up(own=seq)
         tiers = self._tiers
@@ -253,10 +290,39 @@ class JournalFollower:
         self._forgot(seq)
 
 
+def _past_our_position(
+    entries: list[JournalEntry], head: int, known: JournalEntry | None
+) -> tuple[list[JournalEntry], bool]:
+    """The entries after ``head`` among a read from ``head - 1``, and whether the journal
+    went back below ``head``. The read finds our entry first (``known``: as we read it, if
+    we did), unless a prune deleted it (its ``pruned`` entry follows, read as usual), a purge
+    took it with the user's edits (the purge's entry follows), or the journal lost it: a
+    standby promoted without it, a backup restored. Another entry under its number is a loss
+    too. A full page that shows none of these decides nothing (the next catch-up will)."""
+    if entries and entries[0].seq == head:
+        here = entries[0]
+        same = known is None or (
+            (here.kind, here.subject, here.targets, here.at)
+            == (known.kind, known.subject, known.targets, known.at)
+        )
+        return entries[1:], not same
+    explained = any(e.kind == "pruned" and _through(e) >= head for e in entries)
+    # A purge deletes the edits of the user's personal scopes with it (the journal keeps no
+    # purged id): our entry may have been one.
+    if known is not None and known.kind == "edit" and known.subject[:1] == ("user",):
+        purged = user_target(known.subject[1] or "")
+        explained |= any(e.kind == "user" and e.subject == (purged,) for e in entries)
+    return entries, not explained and len(entries) < _JOURNAL_PAGE
+
+
 def _missed(entry: JournalEntry, head: int) -> bool:
     """Whether a ``pruned`` entry deleted an entry after ``head`` (one we never applied)."""
+    return _through(entry) > head
+
+
+def _through(entry: JournalEntry) -> float:
+    """The newest sequence a ``pruned`` entry names (unreadable: every one)."""
     try:
-        through = int(entry.subject[0] or "")
+        return int(entry.subject[0] or "")
     except (IndexError, ValueError):
-        return True  # unreadable: assume the worst
-    return through > head
+        return float("inf")

@@ -2,19 +2,32 @@
 
 Whether the tool may be used is decided by :func:`rules.refusal` over a snapshot; the guard
 holds the turn's part of it (what happened on this turn so far) and, when several processes
-serve the turn, the :class:`SharedGuard` they share.
+serve the turn, the :class:`SharedGuard` they share. A shared claim is a lease: a process that
+dies mid-call leaves it to be taken over (:class:`Lapsed`) once its deadline passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..intent import has_long_term_intent
 from . import rules
 from .turn_args import TurnArgs
 
-__all__ = ["SharedGuard", "TurnGuard"]
+__all__ = ["Lapsed", "SharedGuard", "TurnGuard"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lapsed:
+    """The turn's upgrade claim, taken over from owners that missed their deadline (a process
+    that died mid-call): their writes may have landed, so the durable tier decides before
+    this call writes (``Engine.take_over_upgrade``). ``since``: a journal position older than
+    any of their writes; ``targets``: the fence targets their writes carry."""
+
+    since: int
+    targets: tuple[str, ...]
 
 
 class SharedGuard(Protocol):
@@ -23,8 +36,16 @@ class SharedGuard(Protocol):
     guard, a tool call also claims the turn's upgrade where every process sees it,
     atomically, just before it writes."""
 
-    async def claim(self) -> str | None:
-        """``None`` when this call may write now; otherwise the refusal for the model."""
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The fence targets this call's write must carry: whoever takes the claim over after
+        its deadline fences them, so the write cannot land after that."""
+        ...
+
+    async def claim(self) -> str | Lapsed | None:
+        """``None`` when this call may write now, :class:`Lapsed` when it may once the
+        durable tier says the lapsed owners' writes did not land; otherwise the refusal for
+        the model."""
         ...
 
     def settle(self, upgraded: bool) -> Awaitable[object]:
@@ -67,14 +88,21 @@ class TurnGuard:
             in_flight=self._in_flight,
         )
 
-    async def claim(self) -> str | None:
-        """Take the turn's upgrade for a write about to begin: ``None`` when taken (a
-        parallel call on this turn is then refused until :meth:`release`), otherwise the
-        refusal the shared guard gave."""
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The fence targets the upgrade's write carries for the shared guard (see there)."""
+        return () if self._shared is None else self._shared.targets
+
+    async def claim(self) -> str | Lapsed | None:
+        """Take the turn's upgrade for a write about to begin: ``None`` (or :class:`Lapsed`,
+        see there) when taken (a parallel call on this turn is then refused until
+        :meth:`release`), otherwise the refusal the shared guard gave."""
         if self._shared is not None:
             taken = await self._shared.claim()  # other processes serving this turn see it too
-            if taken is not None:
+            if isinstance(taken, str):
                 return taken
+            self._in_flight = True
+            return taken
         self._in_flight = True
         return None
 

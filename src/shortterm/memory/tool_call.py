@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import StoreUnavailable
+from ..model.keys import ScopeKey
 from ..tool import texts
 from ..tool.arguments import Refused, parse_arguments
 from ..tool.result import ToolResult
 from ..tool.spec import ToolSpec, build_spec, field_names, renderer
 from . import rules
-from .guards import TurnGuard
+from .guards import Lapsed, TurnGuard
 from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ async def call_tool(
     meta = engine.scope_meta(rules.meta_parts(snap, args.persona_lineage_id))
     scopes, live = rules.scopes_written(snap, args.persona_id)
     taken = await guard.claim()
+    if isinstance(taken, Lapsed):
+        taken = await _take_over(engine, guard, scopes, taken)
     if taken is not None:
         return _refused(engine, taken)
     try:
@@ -88,7 +91,7 @@ async def call_tool(
             [(key, meta) for key in scopes],
             change,
             reset_counter=live,
-            fence=fence,
+            fence=fence.covering(guard.targets),  # whoever takes the claim over fences it
             committed=lambda written: guard.committed(len(written) == len(scopes)),
         )
     except StoreUnavailable as exc:
@@ -110,6 +113,25 @@ async def call_tool(
         return ToolResult(False, texts.OVERTAKEN)
     health.count("upgrades")
     return ToolResult(True, texts.OK)
+
+
+async def _take_over(
+    engine: Engine, guard: TurnGuard, scopes: list[ScopeKey], lapsed: Lapsed
+) -> str | None:
+    """The claim is ours, taken over from calls that never finished (their process died):
+    ``None`` when none of their writes landed (they never will now), so this call writes;
+    otherwise the refusal, the turn being upgraded."""
+    try:
+        landed = await engine.take_over_upgrade(scopes, since=lapsed.since, targets=lapsed.targets)
+    except StoreUnavailable as exc:
+        engine.health.failed("tool call", exc)
+        await guard.release()  # not decided: the next call that claims decides it
+        return texts.STORE_DOWN
+    if landed:
+        guard.upgraded = True
+        await guard.release()
+        return texts.ALREADY
+    return None
 
 
 async def maintenance_due(engine: Engine, args: TurnArgs, guard: TurnGuard) -> bool:

@@ -35,6 +35,7 @@ __all__ = [
     "private_target",
     "scope_targets",
     "server_channel_target",
+    "turn_target",
     "user_target",
 ]
 
@@ -57,6 +58,9 @@ JournalKind = Literal[
     "user_settings",  # a user's settings changed: subject ()
     "server_settings",  # a server's settings changed: subject (server_id,)
     "edit",  # a distilled write (tool, admin edit, import): subject = the scope key
+    # A turn's upgrade claim taken over from owners that missed their deadline: subject (),
+    # the targets their writes carried (see turn_target), so none of those lands any more.
+    "turn",
     # Entries up to subject[0] (a sequence, as text) were deleted, or never existed here (a
     # journal created anew): a follower whose position is older cannot know what it missed.
     "pruned",
@@ -84,6 +88,12 @@ def server_channel_target(server_id: str, channel_id: str, persona_id: str | Non
 
 def private_target(server_id: str, channel_id: str) -> str:
     return _digest("p", server_id, channel_id)
+
+
+def turn_target(turn_id: str, owner: str) -> str:
+    """What the upgrade write of one claim on a turn carries (``owner``: the claim's own
+    token), so that whoever takes the claim over can fence that write alone."""
+    return _digest("t", turn_id, owner)
 
 
 def scope_targets(
@@ -157,3 +167,6 @@ class JournalEntry:
     kind: JournalKind
     subject: tuple[str | None, ...] = ()
     targets: tuple[str, ...] = field(default=())
+    # When it was journaled (epoch seconds): with the rest, how a follower recognises the
+    # entry at its position again (a journal that went back may reuse a sequence number).
+    at: float | None = field(default=None, compare=False)

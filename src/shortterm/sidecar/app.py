@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +28,9 @@ from .routes import build_router
 from .schemas import HealthOut, ReadyOut
 from .settings import SidecarSettings
 from .turns import RedisTurnRegistry, TurnRegistry, Turns
+
+if TYPE_CHECKING:
+    from ..cache.redis import RedisCache
 
 __all__ = ["create_app"]
 
@@ -68,8 +72,26 @@ def _registry(memory: Memory, settings: SidecarSettings) -> Turns:
         from ..cache.redis import RedisCache
 
         if isinstance(memory.cache, RedisCache):
-            return RedisTurnRegistry(memory, memory.cache, ttl_s=ttl_s, max_turns=max_turns)
+            lease_s = _lease_s(memory, memory.cache)
+            return RedisTurnRegistry(
+                memory, memory.cache, ttl_s=ttl_s, max_turns=max_turns, lease_s=lease_s
+            )
     return TurnRegistry(ttl_s=ttl_s, max_turns=max_turns, clock=memory.clock)
+
+
+_UNBOUNDED_S = 30.0  # for a tier without a bound of its own: PostgreSQL's default
+
+
+def _lease_s(memory: Memory, cache: RedisCache) -> float:
+    """How long a claim on a shared turn (a capture, an update) stays its owner's before
+    another replica may take it over: one durable operation and one Redis call, each at its
+    bound (PostgreSQL's ``operation_timeout_s``, the Redis URL's socket timeout and retries).
+    An owner slower than that is taken over all the same: its capture is done again, its
+    update fenced off (it answers ``ok: false``), so no update lands twice."""
+    store_s = getattr(memory.store, "operation_timeout_s", None)
+    if not isinstance(store_s, int | float):
+        store_s = _UNBOUNDED_S
+    return float(store_s) + (cache.call_timeout_s or _UNBOUNDED_S)
 
 
 def _ready_body(verdict: Verdict, *, detailed: bool) -> ReadyOut:

@@ -7,6 +7,7 @@
     a path or query not UTF-8 once decoded    422  invalid_input       (middleware)
     undecodable JSON body                     422  invalid_json
     NotFound (a turn id, an entry), no route  404  not_found
+    Busy (a turn another request holds)       409  turn_busy           (Retry-After: its lease)
     method not allowed                        405  method_not_allowed
     body over max_body_bytes                  413  payload_too_large   (middleware)
     missing or wrong bearer token             401  unauthorized        (middleware)
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,13 +39,22 @@ from ..model.errors import CacheUnavailable, InvalidInput, ShortTermError, Store
 from .schemas import Problem
 from .schemas.base import valid_json
 
-__all__ = ["NotFound", "install_error_handlers", "openapi_errors", "problem_response"]
+__all__ = ["Busy", "NotFound", "install_error_handlers", "openapi_errors", "problem_response"]
 
 log = logging.getLogger("shortterm.sidecar")
 
 
 class NotFound(LookupError):
     """A thing the request names does not exist (now)."""
+
+
+class Busy(Exception):
+    """Another request holds what this one needs, for at most ``retry_after_s`` more: the
+    same request sent again after that is served (a holder that died is taken over)."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 def problem_response(
@@ -102,6 +113,13 @@ async def _invalid(request: Request, exc: Exception) -> Response:
 
 async def _not_found(request: Request, exc: Exception) -> Response:
     return problem_response(404, "not_found", str(exc))
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Busy)
+    # Whole seconds (the header's form), rounded up: a retry any sooner is answered 409 again.
+    wait_s = max(1, math.ceil(exc.retry_after_s))
+    return problem_response(409, "turn_busy", str(exc), headers={"Retry-After": str(wait_s)})
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
@@ -174,6 +192,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(InvalidInput, _invalid)
     app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(Busy, _busy)
     app.add_exception_handler(StoreUnavailable, _unavailable)
     app.add_exception_handler(CacheUnavailable, _cache_unavailable)  # the most specific wins
     app.add_exception_handler(StarletteHTTPException, _http)
@@ -188,6 +207,12 @@ _DOCS: dict[int, tuple[str, str, str]] = {
           "a valid 'Authorization: Bearer <token>' header is required"),
     404: ("not_found", "The turn id or the entry does not exist (or no longer).",
           "turn 'Xq3v…' is unknown or expired: start a new turn"),
+    409: ("turn_busy",
+          "Another request holds this turn: its capture, or this same update, is under way "
+          "(on another replica, or was when that replica died). Send the same request again "
+          "after Retry-After: a holder that has not finished by then is taken over.",
+          "turn 'Xq3v…' is being captured by another request, on another sidecar replica; "
+          "retry in 0.4 s (Retry-After): …"),
     413: ("payload_too_large", "The request body is larger than max_body_bytes.",
           "the request body is larger than 1048576 bytes"),
     422: ("invalid_input", "A field is invalid (named in `field`) or the body is not JSON.",

@@ -40,7 +40,7 @@ from .schemas import (
     TurnStart,
 )
 from .settings import SidecarSettings
-from .turns import Turns
+from .turns import Turns, call_digest
 
 __all__ = ["build_router"]
 
@@ -76,7 +76,7 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
     common = openapi_errors(*auth, 422, 503)
     with_missing = openapi_errors(*auth, 404, 422, 503)
     with_body = openapi_errors(*auth, 413, 422, 503)
-    with_body_missing = openapi_errors(*auth, 404, 413, 422, 503)
+    turn_call = openapi_errors(*auth, 404, 409, 413, 422, 503)  # 409: another request holds it
 
     # -- turns -------------------------------------------------------------------------------
 
@@ -127,23 +127,25 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
 
     @turn_route(
         "/turns/{turn_id}/tool-calls",
-        responses=with_body_missing,
+        responses=turn_call,
         summary="Call the tool for a turn",
     )
     async def call_tool(turn_id: TurnId, body: ToolCallIn) -> ToolResultOut:
         """Run a tool call the model made during this turn.
 
         A refusal is not an HTTP error: `ok` is false and `message` says why, for the model.
-        One update succeeds per turn, however many requests ask.
+        One update succeeds per turn, however many requests ask. The same call sent again
+        while the first is being saved (its replica may have died) is a 409 until that
+        request's claim runs out (`Retry-After`); then the retry saves it, once.
         """
-        async with turns.tool_call(turn_id) as turn:
+        async with turns.tool_call(turn_id, call=call_digest(body.name, body.arguments)) as turn:
             result = await turn.call_tool(body.name, body.arguments)
         return ToolResultOut(ok=result.ok, message=result.message)
 
     @turn_route(
         "/turns/{turn_id}/capture",
         status_code=204,
-        responses=with_body_missing,
+        responses=turn_call,
         summary="Capture a turn",
     )
     async def capture(turn_id: TurnId, body: CaptureIn) -> Response:
@@ -151,19 +153,20 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
 
         Replaces the stored messages of the turn's scopes with the newest `max_messages` of
         `history` + `replies`; skipped (still 204) for stopped turns, turns without replies and
-        full-privacy users.
+        full-privacy users. While another request captures the turn, a 409 until its claim
+        runs out (`Retry-After`); then the capture is done again (its replica may have died).
         """
         history, replies = body.library_args()
-        turn = await turns.begin_capture(turn_id)
+        claimed = await turns.begin_capture(turn_id)
         ending = turns.end_with_capture(turn_id)  # sent with the capture's own pipeline
         try:
-            await turn.capture(history=history, replies=replies, stopped=body.stopped)
+            await claimed.turn.capture(history=history, replies=replies, stopped=body.stopped)
         except BaseException:
             # The claim is given back so the capture can be retried (unless the end already
             # went out with a pipeline whose capture then failed: the next turn's capture
             # carries the same dialogue).
             ending.drop()
-            await turns.give_back_capture(turn_id)
+            await turns.give_back_capture(turn_id, claimed.token)
             raise
         await ending.result()
         return Response(status_code=204)

@@ -18,6 +18,21 @@ Two registries keep that contract:
   replicas exactly one writes; a capture deletes the hash, which ends the turn everywhere at
   once.
 
+  The guard and the capture claim are leases: the claim's owner (a token: this replica's
+  random id and a count) and a deadline on Redis's clock, one durable operation and one
+  Redis call at their bounds after the claim. A replica that dies mid-call leaves its claim
+  to lapse. Until then, the same call sent again is answered :class:`TurnBusy` (409, with
+  the time left); after it, the call takes the claim over. A capture is a replace of the
+  turn's stored messages, so it is simply done again. An update is not: its write carries
+  its claim's fence target (:func:`shortterm.model.fence.turn_target`), and the call that
+  takes the claim over asks the durable tier, once, whether a lapsed owner's write landed,
+  fencing their writes off for good when none did (``Engine.take_over_upgrade``). So an
+  update lands once, whichever replica dies when.
+
+  Deadlines are read from Redis's clock rather than passed in by the replica (as the turn's
+  expiry is): a lease is short, and compared by replicas other than its owner, so the skew
+  between their clocks would eat into it; Redis's is the one clock they all read.
+
   Each route costs the fewest round trips: a turn's registration rides with the pipeline of
   the start's owner read, a tool call's turn read takes the guard too and the guard's settle
   rides with the mirror of the written rows, and a capture's turn end rides with the capture
@@ -30,6 +45,8 @@ valid until it expires), and the guard needs shared state anyway.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import secrets
 from collections import OrderedDict
@@ -37,32 +54,80 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ..memory.guards import Lapsed
 from ..memory.turn import Turn
 from ..memory.turn_args import TurnArgs
 from ..model.errors import StoreUnavailable
+from ..model.fence import turn_target
 from ..tool import texts
-from .errors import NotFound
+from .errors import Busy, NotFound
 
 if TYPE_CHECKING:
     from ..cache.redis import RedisCache
     from ..memory.facade import Memory
 
-__all__ = ["Pending", "RedisTurnRegistry", "TurnNotFound", "TurnRegistry", "Turns"]
+__all__ = [
+    "Capture",
+    "Pending",
+    "RedisTurnRegistry",
+    "TurnBusy",
+    "TurnNotFound",
+    "TurnRegistry",
+    "Turns",
+    "call_digest",
+]
 
 ID_BYTES = 24  # 192 bits: 32 URL-safe characters
+
+
+def _shown(turn_id: str) -> str:
+    return turn_id if len(turn_id) <= 64 else turn_id[:61] + "..."
 
 
 class TurnNotFound(NotFound):
     """No live turn has this id (never issued, expired, evicted or already captured)."""
 
     def __init__(self, turn_id: str) -> None:
-        shown = turn_id if len(turn_id) <= 64 else turn_id[:61] + "..."
         super().__init__(
-            f"turn {shown!r} is unknown or expired (ids live for a while after their last use, "
-            "and end with their capture): start a new turn"
+            f"turn {_shown(turn_id)!r} is unknown or expired (ids live for a while after their "
+            "last use, and end with their capture): start a new turn"
         )
+
+
+class TurnBusy(Busy):
+    """Another request holds the turn's capture, or is saving this same update, and its
+    claim has ``left_s`` to run: the same request sent after that is served."""
+
+    def __init__(self, turn_id: str, *, capture: bool, left_s: float, where: str) -> None:
+        shown, wait = _shown(turn_id), f"retry in {left_s:.1f} s (Retry-After)"
+        unless = "if that request has not finished by then (its replica died), the retry"
+        if capture:
+            message = (
+                f"turn {shown!r} is being captured by another request, on {where}; {wait}: "
+                f"{unless} captures the turn"
+            )
+        else:
+            message = (
+                f"turn {shown!r}: this same update is being saved by another request, on "
+                f"{where}; {wait} to learn whether it landed: {unless} saves it, once"
+            )
+        super().__init__(message, retry_after_s=left_s)
+
+
+def call_digest(name: object, arguments: object) -> str:
+    """What tells a tool call sent again from another call of the same turn: its name and
+    arguments, as sent (a JSON string as is, an object with its keys sorted)."""
+    raw = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+class Capture(NamedTuple):
+    """A turn claimed for its capture, and the claim's token (to give it back)."""
+
+    turn: Turn
+    token: str
 
 
 class Pending(Protocol):
@@ -106,15 +171,16 @@ class Turns(Protocol):
         registration with the next pipeline of this request: start it before the reads)."""
         ...
 
-    def tool_call(self, turn_id: str) -> AbstractAsyncContextManager[Turn]:
-        """The live turn (its expiry pushed forward) for one tool call, or
-        :class:`TurnNotFound`; a shared registry takes the upgrade guard with the read and
-        gives it back on exit if the call never used it."""
+    def tool_call(self, turn_id: str, *, call: str) -> AbstractAsyncContextManager[Turn]:
+        """The live turn (its expiry pushed forward) for one tool call (``call``: its
+        :func:`call_digest`), or :class:`TurnNotFound`; a shared registry takes the upgrade
+        guard with the read and gives it back on exit if the call never used it, and answers
+        :class:`TurnBusy` while another request holds the guard for this same call."""
         ...
 
-    async def begin_capture(self, turn_id: str) -> Turn:
-        """The live turn, claimed for its capture; :class:`TurnNotFound` when a capture of it
-        is already under way."""
+    async def begin_capture(self, turn_id: str) -> Capture:
+        """The live turn, claimed for its capture; :class:`TurnBusy` while a capture of it
+        is under way."""
         ...
 
     def end_with_capture(self, turn_id: str) -> Pending:
@@ -122,7 +188,7 @@ class Turns(Protocol):
         pipeline); :meth:`Pending.drop` it when the capture failed."""
         ...
 
-    async def give_back_capture(self, turn_id: str) -> None:
+    async def give_back_capture(self, turn_id: str, token: str) -> None:
         """After a failed capture: give the claim back, so the capture can be retried."""
         ...
 
@@ -186,20 +252,22 @@ class TurnRegistry:
         return slot
 
     @asynccontextmanager
-    async def tool_call(self, turn_id: str) -> AsyncIterator[Turn]:
+    async def tool_call(self, turn_id: str, *, call: str) -> AsyncIterator[Turn]:
+        # One process: parallel calls share the turn's own guard (a retry is one of them).
         yield self._slot(turn_id).turn
 
-    async def begin_capture(self, turn_id: str) -> Turn:
+    async def begin_capture(self, turn_id: str) -> Capture:
         slot = self._slot(turn_id)
         if slot.capturing:
-            raise TurnNotFound(turn_id)
+            # Its request runs in this process and ends soon, captured or given back.
+            raise TurnBusy(turn_id, capture=True, left_s=1.0, where="this sidecar")
         slot.capturing = True
-        return slot.turn
+        return Capture(slot.turn, "")
 
     def end_with_capture(self, turn_id: str) -> Pending:
         return _Local(self._slots, turn_id, ending=True)
 
-    async def give_back_capture(self, turn_id: str) -> None:
+    async def give_back_capture(self, turn_id: str, token: str) -> None:
         slot = self._slots.get(turn_id)
         if slot is not None:
             slot.capturing = False
@@ -225,37 +293,64 @@ def _turn_args(turn: Turn) -> str:
     return json.dumps(turn.args.as_json(), separators=(",", ":"))
 
 
+class _Read(NamedTuple):
+    """A turn as its read found it: its arguments, the upgrade guard's state (``claimed``:
+    ours to use; ``lapsed``: ours, taken over, see :class:`Lapsed`; ``busy``, ``done`` or
+    ``''``), the token this read's claim (if any) holds, and what lapsed."""
+
+    args: TurnArgs
+    state: str
+    token: str
+    lapsed: Lapsed | None = None
+
+
 class _SharedGuard:
     """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.memory.guards``),
-    as the tool call's turn read took it: ``state`` is ``claimed`` (ours to use), ``busy``
-    or ``done``."""
+    as the tool call's turn read took it."""
 
-    def __init__(self, registry: RedisTurnRegistry, turn_id: str, state: str) -> None:
+    def __init__(self, registry: RedisTurnRegistry, turn_id: str, read: _Read) -> None:
         self._registry = registry
         self._turn_id = turn_id
-        self._state = state
+        self._read = read
         self.used = False
 
-    async def claim(self) -> str | None:
+    @property
+    def ours(self) -> bool:
+        return self._read.state in ("claimed", "lapsed")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (turn_target(self._turn_id, self._read.token),) if self.ours else ()
+
+    async def claim(self) -> str | Lapsed | None:
         self.used = True
-        if self._state == "claimed":
+        state = self._read.state
+        if state == "claimed":
             return None
-        return texts.ALREADY if self._state == "done" else texts.IN_FLIGHT
+        if state == "lapsed":
+            return self._read.lapsed
+        return texts.ALREADY if state == "done" else texts.IN_FLIGHT
 
     def settle(self, upgraded: bool) -> Awaitable[object]:
         r = self._registry
-        keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0"]
+        keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0", self._read.token]
         return r._cache.ride("turn guard", _SETTLE, keys, args).result()
 
 
 class RedisTurnRegistry:
     """Live turns in Redis, shared by every sidecar replica on the same Redis and prefix."""
 
-    def __init__(self, memory: Memory, cache: RedisCache, *, ttl_s: float, max_turns: int) -> None:
+    def __init__(
+        self, memory: Memory, cache: RedisCache, *, ttl_s: float, max_turns: int, lease_s: float
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_turns = max_turns
+        self.lease_s = lease_s
         self._memory = memory
         self._cache = cache
+        self._lease_ms = str(max(1, int(lease_s * 1000)))
+        self._replica = secrets.token_hex(6)  # this process, in its claims' tokens
+        self._claims = itertools.count(1)
         # Turns live in their channel's group (its slot), and each group keeps its share of
         # ``max_turns``: eviction is one script, in one slot.
         self._per_group = str(max(1, -(-max_turns // cache.groups)))
@@ -297,43 +392,62 @@ class RedisTurnRegistry:
         ride = self._cache.ride("turn start", _ADD, [key, index], args)
         return _Added(self, ride, turn_id, group)
 
-    async def _load(self, turn_id: str, *, claim: str) -> tuple[TurnArgs, str]:
+    async def _load(self, turn_id: str, *, claim: str, call: str = "") -> _Read:
         key, index, _ = self._keys(turn_id)
         now = self._memory.clock()
+        token = f"{self._replica}.{next(self._claims)}"
+        # The claimer's journal position: older than any write it makes after the claim.
+        since = str(self._memory.journal.head)
         args = [turn_id, repr(now), repr(now + self.ttl_s), self._ttl_ms, claim]
+        args += [self._lease_ms, token, since, call]
         found = await self._run("turn read", _GET, [key, index], args)
-        if not found or found == "capturing":
+        if not found:
             raise TurnNotFound(turn_id)
-        raw, upgrade = found
+        raw, state, *lapse = found
+        if state in ("capturing", "retry"):
+            left_ms, owner = lapse
+            ours = owner.startswith(f"{self._replica}.")
+            where = "this sidecar" if ours else "another sidecar replica"
+            left_s = int(left_ms) / 1000
+            raise TurnBusy(turn_id, capture=state == "capturing", left_s=left_s, where=where)
         try:
-            return TurnArgs.from_json(json.loads(raw)), upgrade
+            turn_args = TurnArgs.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             # Only this registry writes these hashes; anything else is not a turn of ours.
             raise StoreUnavailable(f"turn {turn_id!r} in Redis is unreadable: {exc}") from exc
+        if state != "lapsed":
+            return _Read(turn_args, state, token)
+        since_raw, owners = lapse
+        targets = tuple(turn_target(turn_id, owner) for owner in owners.split())
+        return _Read(turn_args, state, token, Lapsed(int(since_raw), targets))
 
     @asynccontextmanager
-    async def tool_call(self, turn_id: str) -> AsyncIterator[Turn]:
-        turn_args, state = await self._load(turn_id, claim="g")
-        guard = _SharedGuard(self, turn_id, state)
-        turn = self._memory.turn_from(turn_args, upgraded=state == "done", shared=guard)
+    async def tool_call(self, turn_id: str, *, call: str) -> AsyncIterator[Turn]:
+        read = await self._load(turn_id, claim="g", call=call)
+        guard = _SharedGuard(self, turn_id, read)
+        turn = self._memory.turn_from(read.args, upgraded=read.state == "done", shared=guard)
         try:
             yield turn
         finally:
-            if state == "claimed" and not guard.used:
-                await guard.settle(False)  # refused before it wrote: the guard is free again
+            if guard.ours and not guard.used:
+                # Refused before it wrote: the guard is free again (or, lapsed owners still
+                # undecided, free to be taken over at once).
+                await guard.settle(False)
 
-    async def begin_capture(self, turn_id: str) -> Turn:
-        turn_args, state = await self._load(turn_id, claim="1")
-        guard = _SharedGuard(self, turn_id, "done" if state == "done" else "busy")
-        return self._memory.turn_from(turn_args, upgraded=state == "done", shared=guard)
+    async def begin_capture(self, turn_id: str) -> Capture:
+        read = await self._load(turn_id, claim="1")
+        done = read.state == "done"
+        guard = _SharedGuard(self, turn_id, read._replace(state="done" if done else "busy"))
+        turn = self._memory.turn_from(read.args, upgraded=done, shared=guard)
+        return Capture(turn, read.token)
 
     def end_with_capture(self, turn_id: str) -> Pending:
         key, index, _ = self._keys(turn_id)
         return self._cache.ride("turn end", _END, [key, index], [turn_id, "1"])
 
-    async def give_back_capture(self, turn_id: str) -> None:
+    async def give_back_capture(self, turn_id: str, token: str) -> None:
         key, index, _ = self._keys(turn_id)
-        await self._run("turn end", _END, [key, index], [turn_id, "0"])
+        await self._run("turn end", _END, [key, index], [turn_id, "0", token])
 
 
 class _Added:

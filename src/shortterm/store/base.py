@@ -219,6 +219,24 @@ class Store(Protocol):
     async def journal_head(self) -> int:
         """The newest journal sequence number (0 for none)."""
 
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        """The journal went back below ``past``, a position a follower had applied (a
+        PostgreSQL standby promoted without its newest entries, a restored backup): entries
+        since may reuse numbers up to ``past``, which a follower there would never read.
+        Journal a ``pruned`` entry through a *floor* above ``past`` and above every number
+        handed out, so numbers stay increasing and every follower that passed the journal's
+        end reloads, and fence every write that began before it. Returns its sequence."""
+
+    async def fence_upgrade(
+        self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str], now: float
+    ) -> int | None:
+        """Decide, once, a turn's upgrade whose claim was taken over from owners that missed
+        their deadline: ``None`` when an ``edit`` of one of ``scopes`` was journaled after
+        ``since`` (an owner's write landed, or may have); otherwise journal a ``turn`` entry
+        fencing ``targets`` (what the owners' writes carry) and return its sequence number.
+        Atomic with every fenced write: none of theirs lands after the check, whether it was
+        in flight or not sent yet."""
+
     async def janitor(self, *, untouched_since: float) -> int:
         """Delete rows whose ``updated_at`` is older than ``untouched_since`` (the SQL backends
         also drop journal and fence entries past their retention); returns the scope rows

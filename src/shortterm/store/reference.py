@@ -296,6 +296,11 @@ class ReferenceStore:
     async def journal_head(self) -> int:
         return self._journal[-1].seq if self._journal else 0
 
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        floor = max(past, self._head) + 1
+        self._seqs = itertools.count(floor + 1)
+        return self._append("pruned", [str(floor)], [fencing.EVERY_TARGET])
+
     async def fence_upgrade(
         self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str], now: float
     ) -> int | None:

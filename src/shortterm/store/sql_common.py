@@ -139,11 +139,11 @@ class Statements:
             delete_key=f"DELETE FROM {t}scopes WHERE {key_where(mark)}",
             janitor=f"DELETE FROM {t}scopes WHERE updated_at < {mark}",
             journal_since=(
-                f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
+                f"SELECT seq, kind, subject, targets, at FROM {t}journal WHERE seq > {mark} "
                 f"ORDER BY seq LIMIT {mark}"
             ),
             forgets_since=(
-                f"SELECT seq, kind, subject, targets FROM {t}journal WHERE seq > {mark} "
+                f"SELECT seq, kind, subject, targets, at FROM {t}journal WHERE seq > {mark} "
                 f"AND kind <> 'edit' ORDER BY seq LIMIT {mark}"
             ),
             journal_head=f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",

@@ -4,6 +4,7 @@ journal's own reads (whether another process wrote, what it wrote)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from ...model import fence as fencing
 from ...model.keys import Privacy, ScopeKey
@@ -13,7 +14,7 @@ from ..sql_common import key_args
 from . import journal
 from . import settings as settings_sql
 from .pooled import PooledStore
-from .values import one
+from .values import jsonb, one
 
 __all__ = ["Journaling"]
 
@@ -64,6 +65,10 @@ class Journaling(PooledStore):
             await journal.prune(conn, self._t, time.time())
         return deleted
 
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        async with self._forget_tx("journal rewind") as conn:
+            return await journal.rewound(conn, self._t, past, now)
+
     def journal_moved(self) -> bool:
         """True when NOTIFY announced a change since the last call, or when the ``LISTEN``
         connection has not proved itself alive within ``listen_timeout_s`` (see
@@ -83,12 +88,36 @@ class Journaling(PooledStore):
         async with self._conn("journal read") as conn:
             cur = await conn.execute(query, (seq, limit))
             rows = await cur.fetchall()
-        return [fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3])) for r in rows]
+        return [
+            fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3]), float(r[4]))
+            for r in rows
+        ]
 
     async def journal_head(self) -> int:
         async with self._conn("journal read") as conn:
             cur = await conn.execute(self._sql.journal_head)
             return int(one(await cur.fetchone())[0])
+
+    async def fence_upgrade(
+        self,
+        scopes: Sequence[ScopeKey],
+        *,
+        since: int,
+        targets: Sequence[str],
+        now: float,
+    ) -> int | None:
+        subjects = jsonb([list(k.astuple) for k in scopes])
+        # The forget locks: every fenced write in flight (holding the fence lock shared)
+        # commits before the check, and none starts until our fence rows are committed.
+        async with self._forget_tx("upgrade takeover") as conn:
+            cur = await conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {self._t}journal WHERE seq > %s "
+                "AND kind = 'edit' AND subject IN (SELECT jsonb_array_elements(%s::jsonb)))",
+                (since, subjects),
+            )
+            if one(await cur.fetchone())[0]:
+                return None
+            return await journal.append(conn, self._t, "turn", [], targets, now)
 
     # -- settings -------------------------------------------------------------------------
 

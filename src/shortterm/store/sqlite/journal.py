@@ -32,6 +32,18 @@ def append(
     return seq
 
 
+def rewound(db: sqlite3.Connection, past: int, now: float) -> int:
+    """The journal went back below ``past`` (see ``Store.journal_rewound``): a ``pruned``
+    entry through a floor above ``past`` and above every number handed out (no entry's), its
+    own number above the floor. Returns that number."""
+    given = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'journal'").fetchone()
+    floor = max(past, given[0] if given else 0) + 1
+    # AUTOINCREMENT numbers above the largest ever used: the floor is skipped for good.
+    db.execute("DELETE FROM sqlite_sequence WHERE name = 'journal'")
+    db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('journal', ?)", (floor,))
+    return append(db, "pruned", [str(floor)], [EVERY_TARGET], now)
+
+
 def prune(db: sqlite3.Connection, now: float) -> int | None:
     """Delete the journal entries and fence rows older than the journal's retention, and
     journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every

@@ -7,7 +7,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...model import fence as fencing
 from ...model.errors import StoreUnavailable
@@ -102,6 +102,12 @@ class Journaling(Connection):
 
         return self._guard("janitor", run)
 
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        def apply(db: sqlite3.Connection) -> tuple[int, int]:
+            return journal.rewound(db, past, now), 0
+
+        return self._forget("journal rewind", apply).seq
+
     def journal_moved(self) -> bool:
         """Whether another connection committed since the last call: only then can the
         journal hold entries we have not read. While no connection commits, a read of the
@@ -139,13 +145,38 @@ class Journaling(Connection):
         query = sql.COMMON.forgets_since if forgets_only else sql.COMMON.journal_since
         rows = self._fetch("journal read", query, (seq, limit))
         return [
-            fencing.JournalEntry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])))
+            fencing.JournalEntry(
+                r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), float(r[4])
+            )
             for r in rows
         ]
 
     async def journal_head(self) -> int:
         found = self._fetch("journal read", sql.COMMON.journal_head, ())
         return int(found[0][0] or 0)
+
+    async def fence_upgrade(
+        self,
+        scopes: Sequence[ScopeKey],
+        *,
+        since: int,
+        targets: Sequence[str],
+        now: float,
+    ) -> int | None:
+        # Subjects as journal.append_edit writes them, so equal keys are equal text.
+        subjects = [json.dumps(list(k.astuple)) for k in scopes]
+        marks = ", ".join("?" * len(subjects))
+
+        def run() -> int | None:
+            with self._tx() as db:  # the write lock: no fenced write runs meanwhile
+                found = db.execute(
+                    f"SELECT EXISTS (SELECT 1 FROM journal WHERE seq > ? AND kind = 'edit' "
+                    f"AND subject IN ({marks}))",
+                    (since, *subjects),
+                ).fetchone()[0]
+                return None if found else journal.append(db, "turn", [], targets, now)
+
+        return self._guard("upgrade takeover", run)
 
     # -- settings -------------------------------------------------------------------------
 
