@@ -85,18 +85,17 @@ class Journaling(PooledStore):
         self, seq: int, *, limit: int = 1000, forgets_only: bool = False
     ) -> list[fencing.JournalEntry]:
         query = self._sql.forgets_since if forgets_only else self._sql.journal_since
-        async with self._conn("journal read") as conn:
-            cur = await conn.execute(query, (seq, limit))
-            rows = await cur.fetchall()
+        # Retried once on a dropped connection: a process must not miss a forget (and serve
+        # degraded) because its pool still held connections to a server that restarted.
+        rows = await self._read("journal read", query, (seq, limit))
         return [
             fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3]), float(r[4]))
             for r in rows
         ]
 
     async def journal_head(self) -> int:
-        async with self._conn("journal read") as conn:
-            cur = await conn.execute(self._sql.journal_head)
-            return int(one(await cur.fetchone())[0])
+        rows = await self._read("journal read", self._sql.journal_head, ())
+        return int(rows[0][0])  # an aggregate: always one row
 
     async def fence_upgrade(
         self,

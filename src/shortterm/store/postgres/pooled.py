@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -128,6 +128,24 @@ class PooledStore:
                 f"PostgreSQL {what} failed: {exc}{hint}",
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
             ) from exc
+
+    async def _read(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
+        """The rows of a read. A read changes nothing, so one that met a dropped connection is
+        tried once more, on a connection the pool's re-check left (see ``_conn``): after a
+        server restart or a failover every idle connection is dead, and the first call would
+        otherwise fail (and serve degraded) while the server answers."""
+        try:
+            return await self._fetch(what, query, params)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, psycopg.OperationalError) or isinstance(cause, PoolTimeout):
+                raise
+        return await self._fetch(what, query, params)
+
+    async def _fetch(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
+        async with self._conn(what) as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
 
     async def _open(self, what: str) -> None:
         for conninfo, kwargs, via in self._first:
