@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
-import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ from shortterm import ConfigError, Message, Reply, ScopeKey, StoreUnavailable
 from shortterm.model.urls import shown_url
 from shortterm.store.postgres import PostgresStore
 from tests.pgbouncer_support import running_pgbouncer
+from tests.stale_reads import late_reads, shows, until_listening
 from tests.support import with_query
 from tests.workers import Worker
 
@@ -54,51 +54,17 @@ async def _remember(memory: shortterm.Memory, channel: str, token: str) -> Scope
     turn = memory.turn(user_id="u1", channel_id=channel, server_id=G, persona_id=P)
     await turn.capture(history=[Message("user", token, author_id="u1")], replies=[Reply("ok")])
     key = ScopeKey.server(G, channel, P)
-    assert _shows(await memory.get(key), token)
+    assert shows(await memory.get(key), token)
     return key
-
-
-def _shows(entry: shortterm.Entry | None, token: str) -> bool:
-    return entry is not None and any(token in m.content for m in entry.messages)
-
-
-async def _proved(memory: shortterm.Memory) -> None:
-    """Until the journal's listener has proved itself alive (heartbeat answered)."""
-    store = memory.store
-    assert isinstance(store, PostgresStore)
-    deadline = time.monotonic() + 30
-    while not store.listening:
-        assert time.monotonic() < deadline, "the journal's listener never proved itself alive"
-        await asyncio.sleep(0.01)
 
 
 async def _latest_stale_read(
     memory: shortterm.Memory, clearer: Worker, channel: str, key: ScopeKey, token: str
 ) -> float:
-    """The other process clears ``channel`` while this one reads ``key`` every 2 ms: how long
-    after the clear returned the last read that still served ``token`` began (0: none)."""
-    reads: list[tuple[float, bool]] = []
-    returned: float | None = None
-
-    async def watch() -> None:
-        while True:
-            started = time.monotonic()
-            shown = _shows(await memory.get(key), token)
-            reads.append((started, shown))
-            if returned is not None and started > returned and not shown:
-                return
-            if returned is not None and started > returned + WATCH_S:
-                return
-            await asyncio.sleep(0.002)
-
-    watcher = asyncio.create_task(watch())
-    try:
-        returned = (await clearer.call("clear_channel", channel=channel))[1]
-        await watcher
-    finally:
-        watcher.cancel()
-    assert returned is not None
-    return max((s - returned for s, shown in reads if shown and s > returned), default=0.0)
+    """How long after the other process's clear returned the last read that still served
+    ``token`` began (0: none)."""
+    lates = await late_reads(memory, clearer, channel, key, token, watch_s=WATCH_S)
+    return max(lates, default=0.0)
 
 
 async def _rounds(memory: shortterm.Memory, clearer: Worker, name: str) -> list[float]:
@@ -106,7 +72,7 @@ async def _rounds(memory: shortterm.Memory, clearer: Worker, name: str) -> list[
     for i in range(ROUNDS):
         channel, token = f"{name}{i}", f"{name.upper()}-{i}"
         key = await _remember(memory, channel, token)
-        await _proved(memory)
+        await until_listening(memory)
         await asyncio.sleep(rng.uniform(0, POLLED_S / 2))  # anywhere between two heartbeats
         lates.append(await _latest_stale_read(memory, clearer, channel, key, token))
     print(

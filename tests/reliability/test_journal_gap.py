@@ -5,9 +5,9 @@
   then pruned at once) learns of the gap on its next call and drops what it cannot prove:
   100 rounds per durable backend, a bot process and an admin process, random retentions.
 - A write that began before a prune is refused (its fence rows may be gone).
-- A process that saw the durable tier fail once (a locked SQLite file, a terminated
-  PostgreSQL backend) still follows the journal before it answers: another process's clear
-  is honoured by its next read, without a write of its own succeeding first.
+- A process that saw the durable tier fail once (a locked SQLite file, a PostgreSQL table
+  locked past the operation's bound) still follows the journal before it answers: another
+  process's clear is honoured by its next read, without a write of its own succeeding first.
 """
 
 from __future__ import annotations
@@ -153,27 +153,24 @@ async def test_a_degraded_sqlite_process_still_follows(
 
 
 async def test_a_degraded_postgres_process_still_follows() -> None:
+    """The bot's capture waits on a table another session holds locked until its operation's
+    bound, so the bot knows the durable tier failed (a read that meets a dropped connection
+    is retried at once, so a terminated backend no longer degrades it); the lock goes, and
+    another process clears the channel: the bot's next read does not serve it."""
     pg_url = service_url("SHORTTERM_TEST_POSTGRES_URL", "PostgreSQL")
-    schema, app = f"t_{uuid.uuid4().hex[:16]}", f"bot-{uuid.uuid4().hex[:8]}"
+    schema = f"t_{uuid.uuid4().hex[:16]}"
     store = with_query(pg_url, schema=schema)
-    bot = await _worker(with_query(store, application_name=app))
+    bot = await _worker(with_query(store, operation_timeout_s=0.5))
     clearer = await _worker(store)
     stale = []
     try:
         for i in range(3):
             turn = {"user": "u1", "channel": f"c{i}", "server": "g1"}
             await bot.call("capture", text="hello", summary=f"kept-{i}-x", **turn)
-            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
-                await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = %s",
-                    (app,),
-                )
-            # PostgreSQL is back at once; this capture meets a terminated connection.
-            for _ in range(20):
+            async with await psycopg.AsyncConnection.connect(pg_url) as admin:
+                await admin.execute(f'LOCK TABLE "{schema}".scopes IN ACCESS EXCLUSIVE MODE')
                 await bot.call("capture", text="again", user="u1", channel=f"d{i}", server="g1")
-                if (await bot.call("stats"))["degraded"]:
-                    break
+                await admin.rollback()  # the lock goes: PostgreSQL answers again
             assert (await bot.call("stats"))["degraded"]
             stale.append(await _stale_reads_after_clear(bot, clearer, f"c{i}", f"kept-{i}-x"))
     finally:

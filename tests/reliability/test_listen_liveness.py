@@ -39,6 +39,7 @@ from shortterm.store.postgres.journal import JournalListener
 from shortterm.store.postgres.values import one
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Proxy
+from tests.stale_reads import late_reads, shows, until_listening
 from tests.support import with_query
 from tests.workers import Worker
 
@@ -71,56 +72,12 @@ async def memory(pg_url: str, schema: str, pg_proxy: Proxy) -> AsyncIterator[sho
         yield opened
 
 
-async def _listening(memory: shortterm.Memory) -> None:
-    """Until the LISTEN connection has proved itself alive."""
-    store = memory.store
-    assert isinstance(store, PostgresStore)
-    deadline = time.monotonic() + 30
-    while not store.listening:
-        assert time.monotonic() < deadline, "the LISTEN connection never proved itself alive"
-        await asyncio.sleep(0.01)
-
-
 async def _remember(memory: shortterm.Memory, channel: str, token: str) -> ScopeKey:
     turn = memory.turn(user_id="u1", channel_id=channel, server_id=G, persona_id=P)
     await turn.capture(history=[Message("user", token, author_id="u1")], replies=[Reply("ok")])
     key = ScopeKey.server(G, channel, P)
-    assert _shows(await memory.get(key), token)
+    assert shows(await memory.get(key), token)
     return key
-
-
-def _shows(entry: shortterm.Entry | None, token: str) -> bool:
-    return entry is not None and any(token in m.content for m in entry.messages)
-
-
-async def _late_reads(
-    memory: shortterm.Memory, clearer: Worker, channel: str, key: ScopeKey, token: str
-) -> list[float]:
-    """The other process clears ``channel`` while this one reads ``key`` every 2 ms: for each
-    read that began after the clear returned and still served ``token``, how long after.
-    A read ``WATCH_S`` after the clear returned ends the watch, served or not."""
-    reads: list[tuple[float, bool]] = []
-    returned: float | None = None
-
-    async def watch() -> None:
-        while True:
-            started = time.monotonic()
-            shown = _shows(await memory.get(key), token)
-            reads.append((started, shown))
-            if returned is not None and started > returned and not shown:
-                return
-            if returned is not None and started > returned + WATCH_S:
-                return
-            await asyncio.sleep(0.002)
-
-    watcher = asyncio.create_task(watch())
-    try:
-        returned = (await clearer.call("clear_channel", channel=channel))[1]
-        await watcher
-    finally:
-        watcher.cancel()
-    assert returned is not None
-    return [started - returned for started, shown in reads if shown and started > returned]
 
 
 def _ms(seconds: float) -> str:
@@ -133,12 +90,15 @@ async def test_a_silently_dead_listen_hides_a_forget_for_less_than_its_timeout(
     rng, rounds, lates, cuts = random.Random(7), 12, [], 0
     for i in range(rounds):
         key = await _remember(memory, f"dead{i}", f"DEAD-{i}")
-        await _listening(memory)
+        await until_listening(memory)
         cuts += pg_proxy.cut_those(b"LISTEN", "blackhole")
         # The last proof is at most TIMEOUT_S / 3 old; clear at a random point after it.
         await asyncio.sleep(rng.uniform(0, TIMEOUT_S / 2))
         lates.append(
-            max(await _late_reads(memory, clearer, f"dead{i}", key, f"DEAD-{i}"), default=0)
+            max(
+                await late_reads(memory, clearer, f"dead{i}", key, f"DEAD-{i}", watch_s=WATCH_S),
+                default=0,
+            )
         )
     print(
         f"\nsilent death, listen_timeout_s={TIMEOUT_S:g}: {sum(x > 0 for x in lates)}/{rounds} "
@@ -162,10 +122,10 @@ async def test_a_dropped_listen_hides_no_forget(
     rounds, worst, stale = 25, 0.0, 0
     for i in range(rounds):
         key = await _remember(memory, f"drop{i}", f"DROP-{i}")
-        await _listening(memory)
+        await until_listening(memory)
         if cut != "control":
             assert pg_proxy.cut_those(b"LISTEN", "reset", new_too=cut == "reconnecting") == 1
-        late = await _late_reads(memory, clearer, f"drop{i}", key, f"DROP-{i}")
+        late = await late_reads(memory, clearer, f"drop{i}", key, f"DROP-{i}", watch_s=WATCH_S)
         pg_proxy.restore()
         stale += bool(late)
         worst = max([worst, *late])

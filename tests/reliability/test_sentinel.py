@@ -32,7 +32,14 @@ from shortterm.memory.backends import make_cache
 from shortterm.model.config import Config
 from shortterm.model.errors import CacheUnavailable, ConfigError
 from shortterm.sidecar.readiness import Readiness
-from tests.cluster_support import REDIS_CLI, REDIS_SERVER, _free_port, _wait, require_redis_server
+from tests.cluster_support import (
+    REDIS_CLI,
+    REDIS_SERVER,
+    _free_port,
+    _wait,
+    require_redis_server,
+    stop_processes,
+)
 from tests.reliability.test_journal_authority import C, _open, _said, _shows
 
 MASTER_NAME = "stm-master"
@@ -232,15 +239,7 @@ class Deployment:
         self.processes[port].wait(timeout=20)
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes.values())
 
 
 @contextmanager
