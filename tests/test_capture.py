@@ -238,3 +238,27 @@ async def test_a_turn_without_the_channel_name_leaves_the_recalled_name(
     text = "\n".join(item.text for item in ctx.items)
     assert "#plans in this server" in text, text
     assert "<#98765>" not in text
+
+
+async def test_user_scope_keeps_only_the_bots_answers_to_the_user(
+    memory: shortterm.Memory,
+) -> None:
+    """The bot's answers to someone else, in the history, stay in the channel's scope: they
+    may retell what that person said, and the user's scope follows the user elsewhere."""
+    bot = shortterm.Message  # an earlier answer of the bot, as the platform shows it
+    history = [
+        bot("assistant", "an answer whose question scrolled away"),
+        said("mine"),
+        bot("assistant", "answer to mine"),
+        said("theirs: my address is 12 Elm St", author="u2"),
+        bot("assistant", "noted, 12 Elm St"),
+        said("and now?"),
+    ]
+    await memory.turn(user_id=U, channel_id=C, server_id=G).capture(
+        history=history, replies=[reply()]
+    )
+    mine = await memory.get(ScopeKey.user(U, C, P))
+    shared = await memory.get(ScopeKey.server(G, C, P))
+    assert mine is not None and shared is not None
+    assert [m.content for m in mine.messages] == ["mine", "answer to mine", "and now?", "ok"]
+    assert len(shared.messages) == 7

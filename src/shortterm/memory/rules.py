@@ -225,14 +225,7 @@ def plan_capture(
         return []  # every reply was blank
     limit = config.max_messages
     dialogue = tuple(kept[-limit:] if len(kept) > limit else kept)
-    # The user's personal scope keeps only what they and the bot said: other people's
-    # messages never follow this user to another server.
-    uid = args.user_id
-    own = tuple(
-        [m for m in dialogue if (a := m.author_id) is None or a == uid or m.role == "assistant"]
-    )
-    if len(own) == len(dialogue):
-        own = dialogue  # one tuple for both scopes
+    own = _personal(dialogue, args.user_id, replies_from=len(dialogue) - (len(kept) - before))
     personas: dict[str | None, str | None] = {}
     for r in replies:
         pid = r.persona_id if r.persona_id is not None else args.persona_id
@@ -247,6 +240,26 @@ def plan_capture(
         scopes = [(k, own if k.kind == "user" else dialogue) for k in keys]
         writes.append(ScopeWrite(scopes, meta_parts(snap, lineage), live if counts else None))
     return writes
+
+
+def _personal(
+    dialogue: tuple[Message, ...], user_id: str, *, replies_from: int
+) -> tuple[Message, ...]:
+    """What the user's personal scope keeps of a capture: what they said, and what the bot
+    answered them; other people's messages, and the bot's answers to those, never follow this
+    user to another server. An earlier bot message belongs to the user message before it (one
+    whose question fell out of the window belongs to no one); this turn's replies, from
+    ``replies_from`` on, answer the user. Unattributed user messages count as the user's."""
+    own: list[Message] = []
+    answers_user = False  # before any user message, a bot message answers no one we know
+    for i, m in enumerate(dialogue):
+        if m.role == "user":
+            answers_user = (a := m.author_id) is None or a == user_id
+            if answers_user:
+                own.append(m)
+        elif answers_user or i >= replies_from:
+            own.append(m)
+    return dialogue if len(own) == len(dialogue) else tuple(own)
 
 
 # -- recall ---------------------------------------------------------------------------------
