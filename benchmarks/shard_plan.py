@@ -29,7 +29,7 @@ import sys
 
 from shortterm.bench.core import Workload
 from shortterm.bench.report import publish
-from shortterm.cache.redis_layout import DEFAULT_GROUPS, Layout
+from shortterm.cache.redis.layout import DEFAULT_GROUPS, Layout
 
 SECTION = "Past one PostgreSQL primary (simulated)"
 SHARDS = (1, 2, 4, 8)

@@ -96,7 +96,7 @@ def redis_client(url: str) -> Any:
     """A client for a test's Redis: one node, or every node of a ``redis+cluster://`` URL
     (a cluster's scan walks each master)."""
     if "+cluster://" in url:
-        from shortterm.cache.redis_client import open_url
+        from shortterm.cache.redis.client import open_url
 
         return open_url(url).client
     return aioredis.Redis.from_url(url, decode_responses=True)

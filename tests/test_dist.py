@@ -134,7 +134,11 @@ def test_the_wheel_metadata_is_complete(wheel: Path) -> None:
         names = set(archive.namelist())
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "shortterm/py.typed" in names
-    for part in ("shortterm/sidecar/ui/", "shortterm/cache/lua/", "shortterm/store/migrations/"):
+    for part in (
+        "shortterm/sidecar/ui/",
+        "shortterm/cache/redis/lua/",
+        "shortterm/store/migrations/",
+    ):
         assert any(n.startswith(part) for n in names), f"the wheel lacks {part}"
     if importlib.util.find_spec("twine") is not None:  # the dev extra has it
         check = subprocess.run(

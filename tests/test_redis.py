@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 
 import shortterm
 from shortterm.cache.redis import RedisCache
-from shortterm.cache.redis_directory import REFRESH_S as LISTING_REFRESH_S
-from shortterm.cache.redis_layout import Layout
+from shortterm.cache.redis.directory import REFRESH_S as LISTING_REFRESH_S
+from shortterm.cache.redis.layout import Layout
 from shortterm.model import Message, ScopeKey
 from shortterm.model.config import Config
 from shortterm.model.errors import ConfigError, StoreUnavailable

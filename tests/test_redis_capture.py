@@ -14,7 +14,6 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -24,7 +23,8 @@ import redis.asyncio as aioredis
 from benchmarks.bench_backends import Relay, _via
 
 from shortterm.cache.redis import RedisCache
-from shortterm.cache.redis_codec import durable_json
+from shortterm.cache.redis.codec import durable_json
+from shortterm.cache.redis.sources import lua_source
 from shortterm.model import Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
 from shortterm.model.config import Config
 from shortterm.model.fence import (
@@ -42,7 +42,7 @@ from tests.support import T0, clear_redis_prefix, with_query
 CFG = Config()
 GUILD = ScopeMeta(server_id="g1", server_name="Guild", channel_name="general")
 ONE_SCOPE_LUA = (Path(__file__).parent / "redis_capture_one_scope.lua").read_text("utf-8")
-PRELUDE_LUA = resources.files("shortterm.cache").joinpath("lua", "prelude.lua").read_text("utf-8")
+PRELUDE_LUA = lua_source("prelude")
 
 
 def msgs(*texts: str, author: str | None = "u1", at: float = T0) -> tuple[Message, ...]:

@@ -6,7 +6,7 @@ import pytest
 
 import shortterm
 from shortterm.cache.redis import RedisCache
-from shortterm.cache.redis_layout import Layout
+from shortterm.cache.redis.layout import Layout
 from shortterm.model import ScopeMeta
 from shortterm.model.config import Config
 from shortterm.model.errors import ConfigError

@@ -62,7 +62,7 @@ def _memory(url: str) -> tuple[str, str, str]:
             url, schemes=("postgresql", "postgres"), ours=("schema",), wrong_scheme="?"
         )
         return "store", urlsplit(rest).path.lstrip("/"), options.get("schema") or PUBLIC
-    from shortterm.cache.redis_client import open_url
+    from shortterm.cache.redis.client import open_url
 
     parts = urlsplit(url)
     path = parts.path.strip("/")

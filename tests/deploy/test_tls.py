@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import pytest
 
 import shortterm
-from shortterm.cache.redis_client import open_url
+from shortterm.cache.redis.client import open_url
 from shortterm.cli.app import EXIT_UNAVAILABLE
 from shortterm.model.errors import CacheUnavailable, ConfigError
 from tests.deploy.tls_support import (

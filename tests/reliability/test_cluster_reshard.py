@@ -26,7 +26,7 @@ from redis.crc import key_slot
 
 import shortterm
 from shortterm.cache.redis import failure_bound_s
-from shortterm.cache.redis_layout import Layout
+from shortterm.cache.redis.layout import Layout
 from shortterm.model import ScopeKey
 from shortterm.model.errors import StoreUnavailable
 from shortterm.model.fence import WriteFence

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 import shortterm
 from shortterm.cache.redis import RedisCache
-from shortterm.cache.redis_codec import member
+from shortterm.cache.redis.codec import member
 from shortterm.memory.facade import _PING_KEY
 from shortterm.model.errors import CacheUnavailable
 from shortterm.sidecar import create_app

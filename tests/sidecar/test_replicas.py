@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import shortterm
-from shortterm.cache.redis_layout import DEFAULT_GROUPS, Layout
+from shortterm.cache.redis.layout import DEFAULT_GROUPS, Layout
 from shortterm.memory.turn import Turn
 from shortterm.model.config import Config
 from shortterm.model.errors import StoreUnavailable

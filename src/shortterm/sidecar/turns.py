@@ -53,9 +53,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ..cache.redis.sources import lua_source
 from ..memory.guards import Lapsed
 from ..memory.turn import Turn
 from ..memory.turn_args import TurnArgs
@@ -276,16 +276,12 @@ class TurnRegistry:
 # -- shared through Redis -----------------------------------------------------------------------
 
 
-def _lua(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-# The registry's Lua scripts live in lua/ (read once, at import); each file says its KEYS and
-# ARGV and what it answers.
-_ADD = _lua("turn_add")
-_GET = _lua("turn_get")
-_SETTLE = _lua("turn_settle")
-_END = _lua("turn_end")
+# The registry's Lua scripts live with every other Redis script, in cache/redis/lua/ (read
+# once, at import); each file says its KEYS and ARGV and what it answers.
+_ADD = lua_source("turn_add")
+_GET = lua_source("turn_get")
+_SETTLE = lua_source("turn_settle")
+_END = lua_source("turn_end")
 
 
 def _turn_args(turn: Turn) -> str:

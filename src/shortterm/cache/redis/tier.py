@@ -1,9 +1,9 @@
 """The Redis hot tier (redis-py ``redis.asyncio``): one shared cache for many processes, on
 one Redis node (or a primary with replicas, which Sentinel may fail over) or on a Redis Cluster.
 
-The key layout (hash-tag groups, one slot per script) is in :mod:`.redis_layout`, the
-connection, its bound and its errors in :mod:`.redis_client`, the record encoding in
-:mod:`.redis_codec`, the Lua scripts in ``lua/``.
+The key layout (hash-tag groups, one slot per script) is in :mod:`.layout`, the
+connection, its bound and its errors in :mod:`.client`, the record encoding in
+:mod:`.codec`, the Lua scripts in ``lua/``.
 
 Every change to a record runs as one Lua script in its group's slot, so its revision check
 (an older durable row never overwrites a newer one), the fence and mark checks, its index
@@ -30,7 +30,7 @@ none), a replica promoted before it caught up, a flush: the durable journal keep
 forget, and each group keeps a *mark*, the journal position up to which it has applied every
 forget. Every reply carries it; a group short of what the process knows was forgotten serves
 nothing until the forgets it lost are replayed from the journal, and a group without a mark is
-reset before it takes a fenced write (:mod:`.redis_repair`). The replay and the mark's move are
+reset before it takes a fenced write (:mod:`.repair`). The replay and the mark's move are
 one script, so a group that goes back in time takes its mark back with what it lost.
 
 **Eviction.** A forget finds records through indexes; a Redis that evicts keys could drop an
@@ -63,13 +63,14 @@ from urllib.parse import quote
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
-from ..model.config import Config
-from ..model.errors import ConfigError, StoreUnavailable
-from ..model.fence import WriteFence
-from . import redis_forget, redis_repair
-from .base import JournalReader
-from .redis_client import (
+from ...model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ...model.config import Config
+from ...model.errors import ConfigError, StoreUnavailable
+from ...model.fence import WriteFence
+from ..base import JournalReader
+from . import forget as redis_forget
+from . import repair as redis_repair
+from .client import (
     Calls,
     Client,
     certificate_problem,
@@ -78,11 +79,11 @@ from .redis_client import (
     open_url,
     ping_master,
 )
-from .redis_codec import Views, key_of, member
-from .redis_directory import Directories, Listed
-from .redis_layout import DEFAULT_GROUPS, Layout
-from .redis_scripts import DELETE, READ, Groups, Ride, Script
-from .redis_writes import Scope, Writes
+from .codec import Views, key_of, member
+from .directory import Directories, Listed
+from .layout import DEFAULT_GROUPS, Layout
+from .scripts import DELETE, READ, Groups, Ride, Script
+from .writes import Scope, Writes
 
 __all__ = ["RedisCache", "failure_bound_s"]
 
@@ -120,7 +121,7 @@ class RedisCache:
         self._calls = Calls(call_timeout_s)
         self._g = Groups(client, self.layout, self._calls)
         self._writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
-        self._marks = self._g.marks  # each group's mark, as replies carry it (redis_marks)
+        self._marks = self._g.marks  # each group's mark, as replies carry it (marks.py)
         self._server_checked = False  # its topology and eviction policy, at the first repair
         self._token = uuid.uuid4().hex
         self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
@@ -135,7 +136,7 @@ class RedisCache:
 
     @classmethod
     def from_url(cls, url: str, config: Config) -> RedisCache:
-        """See :func:`.redis_client.open_url` for the URL and its options."""
+        """See :func:`.client.open_url` for the URL and its options."""
         opened = open_url(url)
         return cls(
             opened.client,
@@ -156,7 +157,7 @@ class RedisCache:
         return self._calls.call_timeout_s
 
     def group_of(self, channel_id: str) -> int:
-        """The group of a channel's keys (see :mod:`.redis_layout`)."""
+        """The group of a channel's keys (see :mod:`.layout`)."""
         return self.layout.group_of(channel_id)
 
     def turn_group_prefix(self, group: int) -> str:
@@ -239,7 +240,7 @@ class RedisCache:
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
-        """Through the owner directory (see :mod:`.redis_directory`): usually one round trip."""
+        """Through the owner directory (see :mod:`.directory`): usually one round trip."""
         read = await self._directories.read(kind, owner_id, now, self._marks)
         self._settings_seen = max(self._settings_seen, read.settings_seen)
         self._counts["hits"] += len(read.entries)
@@ -369,7 +370,7 @@ class RedisCache:
         self._marks.known = max(self._marks.known, forgets)
 
     async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
-        """See :mod:`.redis_repair`: only when a reply showed a group short of what we know
+        """See :mod:`.repair`: only when a reply showed a group short of what we know
         (or none was read yet), or ``to`` brings our own forget. The first call also checks
         the topology and the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next

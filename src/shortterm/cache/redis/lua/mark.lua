@@ -1,5 +1,5 @@
 -- ARGV: P, token, head ('' = claim), now. Resetting a group that has no mark, in two steps
--- (see redis_repair.reset): the journal's end is read between them, so it is read after
+-- (see repair.reset): the journal's end is read between them, so it is read after
 -- whatever emptied the group.
 -- Claim: the mark if set; 'busy' while another process resets the group; else 'claimed',
 -- after holding the key as 'pending:<token>' for a few seconds (a process that dies lets go).

@@ -12,9 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model.fence import JOURNAL_RETENTION_S, user_target
-from .redis_codec import authors_json, decode_messages, key_of, lua_float, messages_json
-from .redis_scripts import AUTHORED, DELETE_INDEX, RECORD_FORGET, REWRITE, SWEEP, Groups
+from ...model.fence import JOURNAL_RETENTION_S, user_target
+from .codec import authors_json, decode_messages, key_of, lua_float, messages_json
+from .scripts import AUTHORED, DELETE_INDEX, RECORD_FORGET, REWRITE, SWEEP, Groups
 
 __all__ = ["delete_indexes", "record", "scrub_author", "sweep"]
 

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import Message, ScopeKey, ScopeMeta, ScopeRow
-from ..model.fence import WriteFence, author_targets, fence_targets
-from .redis_codec import authors, dumps, durable_json, lua_float, member, message_json, meta_json
-from .redis_scripts import APPLY, CAPTURE, Groups
+from ...model import Message, ScopeKey, ScopeMeta, ScopeRow
+from ...model.fence import WriteFence, author_targets, fence_targets
+from .codec import authors, dumps, durable_json, lua_float, member, message_json, meta_json
+from .scripts import APPLY, CAPTURE, Groups
 
 __all__ = ["Scope", "Writes"]
 

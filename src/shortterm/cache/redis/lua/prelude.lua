@@ -1,4 +1,4 @@
--- Shared Lua helpers. ARGV[1] is always the base of the group's keys (`P{g<k>}`, see redis_layout):
+-- Shared Lua helpers. ARGV[1] is always the base of the group's keys (`P{g<k>}`, see layout.py):
 -- every key built from it lies in the slot of the key the call declared first.
 local P = ARGV[1]
 

@@ -16,24 +16,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any, cast
 
 from redis.exceptions import NoScriptError
 
-from .redis_client import BY_SOURCE, Calls, Client
-from .redis_layout import Layout
-from .redis_marks import Marks
+from .client import BY_SOURCE, Calls, Client
+from .layout import Layout
+from .marks import Marks
+from .sources import lua_source
 
 __all__ = ["Groups", "Ride", "Script"]
 
 
 def _failed(reply: object) -> bool:
     return isinstance(reply, Exception)
-
-
-def _lua(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 _SOURCES: dict[str, str] = {}  # every script's source by its SHA, to resend it by source
@@ -115,14 +111,14 @@ def _nothing(pipe: Any) -> None:
 
 # Each starts with the shared helpers of prelude.lua; ARGV[1] is always the group's base (see
 # redis_layout), and each file says what the rest of its ARGV is and what it returns.
-_PRELUDE = _lua("prelude")
+_PRELUDE = lua_source("prelude")
 
 
 def _script(name: str, *, allow_oom: bool = False) -> Script:
-    return Script(_PRELUDE + _lua(name), flags="allow-oom" if allow_oom else "")
+    return Script(_PRELUDE + lua_source(name), flags="allow-oom" if allow_oom else "")
 
 
-READ = Script(_lua("read"), flags="no-writes")  # no prelude: it names only its KEYS
+READ = Script(lua_source("read"), flags="no-writes")  # no prelude: it names only its KEYS
 
 
 CAPTURE = _script("capture")

@@ -8,7 +8,7 @@ A master that Sentinel fails over: ``redis+sentinel://host:port[,host:port...]/<
 (``rediss+sentinel://`` for TLS to the sentinels and the master alike), a ``redis.asyncio.Redis``
 whose connections ask the sentinels where the master is each time they connect, so a failover
 is followed without reopening. All run the same scripts on the same key layout
-(:mod:`.redis_layout`).
+(:mod:`.layout`).
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..model import urls
-from ..model.errors import CacheUnavailable, ConfigError
-from .redis_layout import DEFAULT_GROUPS
+from ...model import urls
+from ...model.errors import CacheUnavailable, ConfigError
+from .layout import DEFAULT_GROUPS
 
 __all__ = [
     "Calls",
@@ -139,7 +139,7 @@ def open_url(url: str) -> Opened:
 
     Our options: ``prefix``, ``retries`` (reconnect attempts after a dropped connection,
     default 1; every operation is safe to repeat), ``owner_complete_ttl_s``,
-    ``safety_margin_s``, ``groups`` (hash-tag groups, default 16; see :mod:`.redis_layout`);
+    ``safety_margin_s``, ``groups`` (hash-tag groups, default 16; see :mod:`.layout`);
     with a sentinel URL also ``sentinel_username`` and ``sentinel_password``.
     redis-py's own (``socket_timeout``, ``max_connections``, ...) pass through;
     ``socket_timeout`` and ``socket_connect_timeout`` default to 5 s so a hung server becomes

@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
-from ..model.fence import user_target
+from ...model import Entry, Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
+from ...model.fence import user_target
 
 __all__ = [
     "Views",

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import zlib
 
-from ..model import ScopeKey
-from ..model.errors import ConfigError
-from ..model.fence import user_target
+from ...model import ScopeKey
+from ...model.errors import ConfigError
+from ...model.fence import user_target
 
 __all__ = ["DEFAULT_GROUPS", "Layout"]
 

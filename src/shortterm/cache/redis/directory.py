@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Entry, ScopeKey, ScopeKind
-from .redis_codec import Views, key_of, member
-from .redis_marks import Marks
-from .redis_scripts import Groups
+from ...model import Entry, ScopeKey, ScopeKind
+from .codec import Views, key_of, member
+from .marks import Marks
+from .scripts import Groups
 
 __all__ = ["REFRESH_S", "Directories", "Listed", "OwnerRead"]
 

@@ -32,12 +32,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..model import ScopeKey
-from ..model.fence import JOURNAL_RETENTION_S, JournalEntry
-from .base import JournalReader
-from .redis_codec import lua_float, member
-from .redis_marks import parse_mark
-from .redis_scripts import MARK, REPLAY, Groups
+from ...model import ScopeKey
+from ...model.fence import JOURNAL_RETENTION_S, JournalEntry
+from ..base import JournalReader
+from .codec import lua_float, member
+from .marks import parse_mark
+from .scripts import MARK, REPLAY, Groups
 
 __all__ = ["repair"]
 
