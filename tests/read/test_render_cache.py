@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shortterm.memory.renders import RenderCache
+from shortterm.memory.engine.renders import RenderCache
 from shortterm.model import Entry, ScopeKey
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import shortterm
 from shortterm import Privacy, ServerSettings, UserSettings
-from shortterm.memory import recall
+from shortterm.memory.turn import recall
 from shortterm.model import Entry
 from shortterm.prompt.render import plan_recollection
 from tests.read.helpers import block, context_of, say

@@ -4,13 +4,13 @@
 
     facade.py           Memory: checks arguments, one engine call per method
     opening.py          open(): backends, start, the async context manager
-    engine.py           the state and the write paths; engine_forget.py, engine_settings.py,
-                        hydration.py beside it; tiers.py the tiers it shares with its helpers
-    follower.py         the journal position;  write_behind.py  buffered capture touches
-    turn.py             one bot turn: TurnArgs (turn_args.py) and its guard (guards.py)
+    turn/               one bot turn: Turn, its guard, the read path, the tool's call
+    engine/             the state and the write paths: Engine, forgets, settings, the journal
+                        follower, the write-behind, hydration, the tiers, bookkeeping
     rules.py            the turn rules, pure: scopes, admission, refusal, recall visibility
-    recall.py           the read path (renders.py: what it rendered);  tool_call.py  the tool
-    backends.py         backends chosen by URL;  health.py, known_settings.py  bookkeeping
+    turn_args.py        what a turn is about (TurnArgs): shared by the turn and the engine
+    distill.py          the distiller;  admin.py  the facade's listings and exports
+    backends.py         backends chosen by URL
 """
 
 from .facade import Memory

@@ -40,16 +40,16 @@ from ..store.base import Store
 from ..tool.slug import slugify
 from . import admin
 from .closing import ClosedOnExit
-from .engine import Clock, Engine
-from .engine_forget import UnsureForget, kept_on_clear
-from .follower import JournalFollower
+from .engine.engine import Clock, Engine
+from .engine.follower import JournalFollower
+from .engine.forget import UnsureForget, kept_on_clear
+from .engine.health import Health
+from .engine.known_settings import KnownSettings
+from .engine.write_behind import WriteBehind
 from .forwarded import Forwarded
-from .guards import SharedGuard
-from .health import Health
-from .known_settings import KnownSettings
-from .turn import Turn
+from .turn.guards import SharedGuard
+from .turn.turn import Turn
 from .turn_args import TurnArgs
-from .write_behind import WriteBehind
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -12,7 +12,7 @@ from ..model.errors import InvalidInput
 from ..store.base import Store
 from .backends import DEFAULT_STORE_URL, make_cache, make_store
 from .closing import ClosedOnExit
-from .engine import Clock
+from .engine.engine import Clock
 from .facade import Memory
 
 __all__ = ["Opening", "open"]

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..cache.redis.sources import lua_source
-from ..memory.guards import Lapsed
 from ..memory.turn import Turn
+from ..memory.turn.guards import Lapsed
 from ..memory.turn_args import TurnArgs
 from ..model.errors import StoreUnavailable
 from ..model.fence import turn_target
@@ -301,7 +301,7 @@ class _Read(NamedTuple):
 
 
 class _SharedGuard:
-    """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.memory.guards``),
+    """The one-upgrade guard of a turn, in its Redis hash (see ``shortterm.memory.turn.guards``),
     as the tool call's turn read took it."""
 
     def __init__(self, registry: RedisTurnRegistry, turn_id: str, read: _Read) -> None:

@@ -9,7 +9,7 @@
     texts.py      every sentence shown to a model
 
 Whether a turn may use it and the durable write live with the facade
-(``memory/guards.py``, ``memory/tool_call.py``). Use it through a turn:
+(``memory/turn/guards.py``, ``memory/turn/tool_call.py``). Use it through a turn:
 ``turn.tools("openai")``, ``await turn.call_tool(name, args)``, ``await turn.maintenance_due()``.
 """
 

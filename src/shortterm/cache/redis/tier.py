@@ -40,7 +40,7 @@ forget (those scripts run ``allow-oom``).
 
 **Settings.** A settings change is copied to every group's ``sv`` before its call returns,
 and every owner read returns group 0's copy: a reader whose journal position is older follows
-the journal before it renders (see ``memory.recall``), with no round trip of its own.
+the journal before it renders (see ``memory.turn.recall``), with no round trip of its own.
 
 **Completeness.** A shared Redis cannot prove it holds every durable row, so ``complete`` is
 always false, and an owner counts as complete only while a marker set by ``mark_complete``

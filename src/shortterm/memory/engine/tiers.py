@@ -6,8 +6,8 @@ The engine, the journal follower and the write-behind all reach the tiers throug
 
 from __future__ import annotations
 
-from ..cache.base import HotTier
-from ..store.base import Store
+from ...cache.base import HotTier
+from ...store.base import Store
 
 __all__ = ["Tiers"]
 

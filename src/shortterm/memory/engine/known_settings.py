@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
-from ..model import Privacy, ServerSettings, UserSettings
+from ...model import Privacy, ServerSettings, UserSettings
 
 __all__ = ["KnownSettings"]
 

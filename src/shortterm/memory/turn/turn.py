@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..model import (
+from ...model import (
     Message,
     Privacy,
     Reply,
@@ -23,19 +23,19 @@ from ..model import (
     ServerSettings,
     check_optional_id,
 )
-from ..model.errors import InvalidInput
-from ..model.fence import WriteFence
-from ..prompt.context import Context
-from ..tool.spec import ToolSpec
-from . import rules
+from ...model.errors import InvalidInput
+from ...model.fence import WriteFence
+from ...prompt.context import Context
+from ...tool.spec import ToolSpec
+from .. import rules
+from ..forwarded import Forwarded
+from ..turn_args import TurnArgs
 from . import tool_call as _tool
-from .forwarded import Forwarded
 from .guards import SharedGuard, TurnGuard
 from .recall import build_context
-from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine.engine import Engine
 
 __all__ = ["Turn"]
 

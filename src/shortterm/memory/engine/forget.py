@@ -14,11 +14,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
-from ..model import Privacy, ScopeKey, UserSettings
-from ..model.errors import StoreUnavailable
-from ..model.fence import channel_target, server_channel_target, user_target
-from ..store.base import Forgotten
-from .engine_parts import EngineParts
+from ...model import Privacy, ScopeKey, UserSettings
+from ...model.errors import StoreUnavailable
+from ...model.fence import channel_target, server_channel_target, user_target
+from ...store.base import Forgotten
+from .parts import EngineParts
 
 __all__ = ["Forgetting", "UnsureForget"]
 

@@ -33,12 +33,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ..cache.base import HoldsScopes
-from ..model import ScopeKey, ScopeMeta, ScopeRow
-from ..model.config import Config
-from ..model.errors import StoreUnavailable
-from ..model.fence import WriteFence
-from ..store.base import BatchTouch, BufferedTouch, TouchedBatch
+from ...cache.base import HoldsScopes
+from ...model import ScopeKey, ScopeMeta, ScopeRow
+from ...model.config import Config
+from ...model.errors import StoreUnavailable
+from ...model.fence import WriteFence
+from ...store.base import BatchTouch, BufferedTouch, TouchedBatch
 from .health import Health
 from .tiers import Tiers
 

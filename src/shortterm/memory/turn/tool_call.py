@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..model.errors import StoreUnavailable
-from ..model.keys import ScopeKey
-from ..tool import texts
-from ..tool.arguments import Refused, parse_arguments
-from ..tool.result import ToolResult
-from ..tool.spec import ToolSpec, build_spec, field_names, renderer
-from . import rules
+from ...model.errors import StoreUnavailable
+from ...model.keys import ScopeKey
+from ...tool import texts
+from ...tool.arguments import Refused, parse_arguments
+from ...tool.result import ToolResult
+from ...tool.spec import ToolSpec, build_spec, field_names, renderer
+from .. import rules
+from ..turn_args import TurnArgs
 from .guards import Lapsed, TurnGuard
-from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine.engine import Engine
 
 __all__ = ["ToolResult", "call_tool", "maintenance_due", "spec", "tools"]
 

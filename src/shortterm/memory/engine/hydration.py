@@ -7,10 +7,10 @@ import gc
 import logging
 import time
 
-from ..cache.base import HydrationSink
-from ..model.config import Config
-from ..model.fence import WriteFence
-from ..store.base import HydrationSource
+from ...cache.base import HydrationSink
+from ...model.config import Config
+from ...model.fence import WriteFence
+from ...store.base import HydrationSource
 from .tiers import Tiers
 
 __all__ = ["hydrate"]

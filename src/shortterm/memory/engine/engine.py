@@ -3,7 +3,7 @@
 It owns the tiers, the write-behind, the journal follower (the position every write is fenced
 at), the health counters and the known settings. A turn hands it a plan (or the arguments to
 plan with, see rules.py) and it carries it out: follow the journal once, fence, then the tiers.
-It never calls back into a turn. Beside it: engine_forget.py (forgets), engine_settings.py
+It never calls back into a turn. Beside it: forget.py (forgets), settings.py
 (settings changes), hydration.py (the bulk load).
 
 Everything acknowledged is committed when its method returns; a capture's own durable part
@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
-from ..cache.base import HotTier
-from ..model import (
+from ...cache.base import HotTier
+from ...model import (
     DistilledWrite,
     Entry,
     Message,
@@ -35,21 +35,21 @@ from ..model import (
     ScopeMeta,
     ScopeRow,
 )
-from ..model.config import Config
-from ..model.errors import StoreUnavailable
-from ..model.fence import WriteFence
-from ..store.base import BatchTouch, Store
-from . import rules
-from .engine_forget import Forgetting, UnsureForget
-from .engine_parts import EngineParts
-from .engine_settings import SettingsWriter
+from ...model.config import Config
+from ...model.errors import StoreUnavailable
+from ...model.fence import WriteFence
+from ...store.base import BatchTouch, Store
+from .. import rules
+from ..turn_args import TurnArgs
 from .follower import JournalFollower
+from .forget import Forgetting, UnsureForget
 from .health import Health
 from .hydration import hydrate
 from .known_settings import KnownSettings
+from .parts import EngineParts
 from .renders import RenderCache
+from .settings import SettingsWriter
 from .tiers import Tiers
-from .turn_args import TurnArgs
 from .write_behind import WriteBehind
 
 __all__ = ["Clock", "Engine"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from ..model.errors import CacheUnavailable, StoreUnavailable
+from ...model.errors import CacheUnavailable, StoreUnavailable
 
 __all__ = ["COUNTERS", "Health"]
 

@@ -3,8 +3,8 @@ planned again (recall.py asks; the engine holds one cache)."""
 
 from __future__ import annotations
 
-from ..model import Entry, ServerSettings
-from ..prompt.render import Recollection, Section
+from ...model import Entry, ServerSettings
+from ...prompt.render import Recollection, Section
 
 __all__ = ["RenderCache", "Rendered"]
 

@@ -12,9 +12,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..intent import has_long_term_intent
-from . import rules
-from .turn_args import TurnArgs
+from ...intent import has_long_term_intent
+from .. import rules
+from ..turn_args import TurnArgs
 
 __all__ = ["Lapsed", "SharedGuard", "TurnGuard"]
 

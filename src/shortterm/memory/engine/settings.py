@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..model import Privacy, ServerSettings, UserSettings
-from ..model.errors import StoreUnavailable
-from ..model.fence import private_target, user_target
-from .engine_parts import EngineParts
+from ...model import Privacy, ServerSettings, UserSettings
+from ...model.errors import StoreUnavailable
+from ...model.fence import private_target, user_target
+from .parts import EngineParts
 
 __all__ = ["SettingsWriter"]
 

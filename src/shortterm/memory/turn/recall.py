@@ -28,10 +28,10 @@ from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
-from ..model import Entry, Privacy, ScopeKey, ScopeKind
-from ..model.errors import CacheUnavailable, InvalidInput, StoreUnavailable
-from ..prompt.context import Context, ContextItem
-from ..prompt.render import (
+from ...model import Entry, Privacy, ScopeKey, ScopeKind
+from ...model.errors import CacheUnavailable, InvalidInput, StoreUnavailable
+from ...prompt.context import Context, ContextItem
+from ...prompt.render import (
     Origin,
     Recollection,
     Section,
@@ -43,14 +43,14 @@ from ..prompt.render import (
     nudge_text,
     plan_recollection,
 )
-from . import rules
+from .. import rules
+from ..engine.known_settings import KnownSettings
+from ..engine.renders import RenderCache
+from ..turn_args import TurnArgs
 from .guards import TurnGuard
-from .known_settings import KnownSettings
-from .renders import RenderCache
-from .turn_args import TurnArgs
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine.engine import Engine
 
 __all__ = ["build_context"]
 

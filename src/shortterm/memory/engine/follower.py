@@ -12,10 +12,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sized
 from contextlib import suppress
 
-from ..cache.base import PrivateTier
-from ..model import ScopeKey
-from ..model.errors import StoreUnavailable
-from ..model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
+from ...cache.base import PrivateTier
+from ...model import ScopeKey
+from ...model.errors import StoreUnavailable
+from ...model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
