@@ -25,7 +25,7 @@ import pytest
 from redis.crc import key_slot
 
 import shortterm
-from shortterm.cache.redis import failure_bound_s
+from shortterm.cache.redis.client import failure_bound_s
 from shortterm.cache.redis.layout import Layout
 from shortterm.model import ScopeKey
 from shortterm.model.errors import StoreUnavailable

@@ -20,7 +20,7 @@ import pytest
 
 import shortterm
 from shortterm import Config, Message, Reply, ScopeKey, ServerSettings, StoreUnavailable
-from shortterm.cache.redis import failure_bound_s
+from shortterm.cache.redis.client import failure_bound_s
 from shortterm.tool import texts
 from tests.reliability.conftest import through
 from tests.reliability.proxy import Mode, Proxy
