@@ -123,7 +123,7 @@ class Memory(ClosedOnExit):
     @property
     def unsure_forgets(self) -> Sequence[UnsureForget]:
         """Our forgets whose outcome is unknown, retried before the next call."""
-        return self._engine.forgets.unsure
+        return self._engine.forgets.unsure.listed()
 
     @property
     def _sweeper(self) -> asyncio.Task[None] | None:

@@ -42,7 +42,7 @@ from ...store.base import BatchTouch, Store
 from .. import rules
 from ..turn_args import TurnArgs
 from .follower import JournalFollower
-from .forget import Forgetting, UnsureForget
+from .forget import Forgetting, UnsureForgets
 from .health import Health
 from .hydration import hydrate
 from .known_settings import KnownSettings
@@ -78,7 +78,7 @@ class Engine:
         # Scopes whose last durable write may or may not have landed: read through once.
         self._unsure: set[KeyTuple] = set()
         self.hydration_s = 0.0
-        unsure_forgets: list[UnsureForget] = []
+        unsure_forgets = UnsureForgets()
         self.journal = JournalFollower(
             self.tiers,
             clock=clock,

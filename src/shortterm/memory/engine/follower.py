@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sized
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from ...cache.base import PrivateTier
 from ...model import ScopeKey
@@ -19,6 +20,9 @@ from ...model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
+
+if TYPE_CHECKING:
+    from .forget import UnsureForgets  # forget.py reaches the follower through parts.py
 
 __all__ = ["DEGRADED_FOLLOW_WAIT_S", "JournalFollower"]
 
@@ -43,7 +47,7 @@ class JournalFollower:
         health: Health,
         known: KnownSettings,
         reload: Callable[[float], Awaitable[None]],
-        unsure_forgets: Sized,
+        unsure_forgets: UnsureForgets,
         settle_forgets: Callable[[], Awaitable[None]],
     ) -> None:
         self._tiers = tiers
@@ -51,7 +55,7 @@ class JournalFollower:
         self._health = health
         self._known = known
         self._reload = reload  # loads the durable rows into an emptied private hot tier
-        # Our forgets of unknown outcome (a live view), retried before anything is followed.
+        # Our forgets of unknown outcome, retried before anything is followed.
         self._unsure_forgets = unsure_forgets
         self._settle_forgets = settle_forgets
         self.head = 0
@@ -83,7 +87,7 @@ class JournalFollower:
         False when the durable tier is failing: our position stays, and a write fenced at it
         can only be dropped too often, never resurrect anything; the journal is read once it
         is back."""
-        if self._unsure_forgets:
+        if self._unsure_forgets.pending:
             await self._settle_forgets()
         if self._health.degraded:
             return await self._follow_degraded()

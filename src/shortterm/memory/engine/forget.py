@@ -20,7 +20,7 @@ from ...model.fence import channel_target, server_channel_target, user_target
 from ...store.base import Forgotten
 from .parts import EngineParts
 
-__all__ = ["Forgetting", "UnsureForget"]
+__all__ = ["Forgetting", "UnsureForget", "UnsureForgets"]
 
 # A forget whose commit may have landed is retried after these pauses, then at the next call.
 _FORGET_RETRY_PAUSES_S = (0.05, 0.25)
@@ -35,13 +35,34 @@ class UnsureForget(NamedTuple):
     after: Callable[[], None] | None
 
 
+class UnsureForgets:
+    """Our forgets whose commit may or may not have landed, oldest first: retried before this
+    process serves anything (the journal follower asks :attr:`pending` before it follows)."""
+
+    def __init__(self) -> None:
+        self._forgets: list[UnsureForget] = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._forgets)
+
+    def add(self, forget: UnsureForget) -> None:
+        self._forgets.append(forget)
+
+    def take(self) -> list[UnsureForget]:
+        """Every pending forget, leaving none (one that fails again is added back)."""
+        taken, self._forgets = self._forgets, []
+        return taken
+
+    def listed(self) -> tuple[UnsureForget, ...]:
+        return tuple(self._forgets)
+
+
 class Forgetting:
     """The forgets of one engine, and those of unknown outcome still to settle."""
 
-    def __init__(self, parts: EngineParts, unsure: list[UnsureForget]) -> None:
+    def __init__(self, parts: EngineParts, unsure: UnsureForgets) -> None:
         self._parts = parts
-        # Our forgets whose commit may or may not have landed: retried before the next call
-        # (the follower reads the same list).
         self.unsure = unsure
 
     async def forget(
@@ -98,7 +119,7 @@ class Forgetting:
                 return await forget.durable()
             except StoreUnavailable:
                 continue
-        self.unsure.append(forget)
+        self.unsure.add(forget)
         raise StoreUnavailable(
             f"{exc}. The forget may have been saved: retry it to be sure (this process "
             "retries it before its next call)",
@@ -109,14 +130,12 @@ class Forgetting:
         """Retry our forgets whose outcome is unknown, before a call serves anything (the
         journal follower calls this first). One that fails again stays pending, and its
         hot-tier eviction is repeated: what landed since is dropped meanwhile."""
-        pending = list(self.unsure)
-        self.unsure.clear()  # in place: the follower reads this list
-        for forget in pending:
+        for forget in self.unsure.take():
             try:
                 forgotten = await forget.durable()
                 await self._forgotten(forget.targets, forgotten, forget.hot, forget.after)
             except StoreUnavailable as exc:
-                self.unsure.append(forget)
+                self.unsure.add(forget)
                 self._parts.health.failed("forget retry", exc)
                 with contextlib.suppress(StoreUnavailable):
                     await forget.hot()

@@ -47,7 +47,12 @@ class PooledStore:
         listen_timeout_s: float = 1.0,
         pooler: Literal["transaction"] | None = None,
         listen_url: str | None = None,
+        watch: PoolWatch | None = None,
+        probes: Sequence[tuple[str, dict[str, Any], str]] = (),
     ) -> None:
+        """``watch``: what the pool's connections tell of their attempts (the pool must use
+        ``watched_connection(watch)``); ``probes``: how to connect for the probe before the
+        pool first opens (see ``connection.first_contact``), each with what it is for."""
         for name, value in (
             ("operation_timeout_s", operation_timeout_s),
             ("listen_timeout_s", listen_timeout_s),
@@ -66,8 +71,8 @@ class PooledStore:
         self.operation_timeout_s = operation_timeout_s
         self._owns_pool = owns_pool
         # How to connect, for the probe before the pool opens: the pool's way, then listen_url.
-        self._first: list[tuple[str, dict[str, Any], str]] = []
-        self._watch = PoolWatch()  # told of connection attempts by a pool from_url made
+        self._first = list(probes)
+        self._watch = watch if watch is not None else PoolWatch()
         self._opened = False
         self._closed = False
         t = f'"{schema}".' if schema else ""

@@ -95,7 +95,7 @@ class PostgresStore(Journaling):
             open=False,
             name="shortterm",
         )
-        store = cls(
+        return cls(
             pool,
             schema=schema or options.get("schema") or None,
             owns_pool=True,
@@ -103,12 +103,12 @@ class PostgresStore(Journaling):
             listen_timeout_s=listen_timeout_s,
             pooler=pooler,
             listen_url=listen_url,
+            watch=watch,
+            probes=[
+                (conninfo, connect_kwargs, ""),
+                *([(listen_url, {"autocommit": True}, "listen_url")] if listen_url else []),
+            ],
         )
-        store._watch = watch
-        store._first = [(conninfo, connect_kwargs, "")]
-        if listen_url is not None:
-            store._first.append((listen_url, {"autocommit": True}, "listen_url"))
-        return store
 
     # -- plumbing -------------------------------------------------------------------------
 
