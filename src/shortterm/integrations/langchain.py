@@ -53,6 +53,7 @@ from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
+from .scope_locks import scope_lock
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -182,7 +183,10 @@ class ShortTermChatHistory(BaseChatMessageHistory):
                 new.append(Message("assistant", _text(m), speaker=turn.bot_name))
             else:
                 new.append(self._as_shortterm(m))
-        await turn.capture(new, [Reply(_text(m)) for m in answers], append=True)
+        # An Agents SDK session's pop of this channel in this process waits for it (it writes
+        # back the list it read).
+        async with scope_lock(self.memory, turn.live_key):
+            await turn.capture(new, [Reply(_text(m)) for m in answers], append=True)
         self._pending = []
         self.turn = self.memory.turn_from(self._args)  # the next answer is a new turn
 

@@ -1,6 +1,7 @@
-"""One lock per (memory, live scope) for the adapters that read a scope's messages and write
-them back (the Agents SDK session, the LangChain history): within one process, their captures
-and pops of one channel take turns, whichever adapter makes them."""
+"""One lock per (memory, live scope) for the adapters (the Agents SDK session, the LangChain
+history): a pop reads a scope's messages and writes them back, so within one process the
+captures and pops of one channel take turns, whichever adapter makes them. (Captures append
+inside the hot tier's atomic write: across processes they need no lock.)"""
 
 from __future__ import annotations
 

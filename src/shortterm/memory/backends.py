@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from ..cache.base import HotTier
 from ..cache.inprocess import InProcessCache
 from ..model.config import Config
@@ -16,21 +14,18 @@ from ..store.sqlite import SQLiteStore
 __all__ = ["DEFAULT_STORE_URL", "make_cache", "make_store"]
 
 DEFAULT_STORE_URL = "sqlite:///shortterm.db"
-# cache/redis_client.py's schemes, spelled out here so that the driver loads only when used.
+# cache/redis/client.py's schemes, spelled out here so that the driver loads only when used.
 REDIS_SCHEMES = (
     "redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
     "rediss+sentinel",
 )  # fmt: skip
 
-
-_PASSWORD = re.compile(r":[^/@:]*@")
 _EXAMPLES = {"store": "sqlite:///shortterm.db", "cache": "redis://localhost:6379/0"}
 
 
 def _scheme(url: str, what: str) -> str:
     if not isinstance(url, str) or "://" not in url:
-        # Not a URL, so shown_url cannot find a password in it: hide a "user:password@".
-        shown = _PASSWORD.sub(":***@", url) if isinstance(url, str) else url
+        shown = shown_url(url) if isinstance(url, str) else url
         raise ConfigError(f"{what}={shown!r} is not a URL ({_hint(shown, what)})")
     return checked_url(url, what).scheme.lower()
 

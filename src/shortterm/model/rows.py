@@ -26,7 +26,7 @@ class ScopeMeta:
         """This write's metadata over the ``stored`` one: what it does not know (``None``)
         keeps the stored value, and ``private`` is sticky, as the durable upserts do
         (COALESCE): a turn without a channel name does not unname the channel."""
-        if self == stored:
+        if self is stored or self == stored:  # the usual capture: the same metadata again
             return self
         private = self.private or stored.private
         merged = ScopeMeta(

@@ -129,6 +129,8 @@ def checked_url(url: str, what: str) -> SplitResult:
 def shown_url(url: str) -> str:
     """A backend URL as printed or logged: any password (the URL's own, or an option named
     ``…password``, such as a Redis URL's ``sentinel_password``) replaced by ``***``."""
+    if "://" not in url:  # not a URL (a scheme's "://" mistyped): hide a "user:password@"
+        return _BARE_PASSWORD.sub(":***@", url)
     try:
         parts = urlsplit(url)
     except ValueError:  # not a URL urllib can split: hide what may be a password by hand
@@ -144,6 +146,7 @@ def shown_url(url: str) -> str:
 
 _QUERY_PASSWORD = re.compile(r"((?:^|&)[^=&]*password=)[^&]*")
 _USER_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
+_BARE_PASSWORD = re.compile(r":[^/@:]*@")
 
 
 def _in_option(query: str) -> str:

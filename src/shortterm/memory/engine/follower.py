@@ -175,12 +175,7 @@ class JournalFollower:
             entries = await store.journal_since(head if checked else head - 1, limit=_JOURNAL_PAGE)
             if not checked:
                 checked = True
-                ours = entries[0] if entries and entries[0].seq == head else None
-                entries, rewound = _past_our_position(entries, head, known)
-                if self.head != head:
-                    rewound = False  # another catch-up moved us meanwhile: it read on from there
-                elif known is None and ours is not None:
-                    self._at_head = ours  # recognised from now on
+                entries, rewound = self._checked(entries, head, known)
                 if rewound:
                     await self._rewound()
                     continue  # the new entry is read next, and is a gap here too
@@ -205,6 +200,18 @@ class JournalFollower:
                 break
         if gap:
             await self._gap()
+
+    def _checked(
+        self, entries: list[JournalEntry], head: int, known: JournalEntry | None
+    ) -> tuple[list[JournalEntry], bool]:
+        """The entries after ``head`` of a read from ``head - 1``, and whether the journal
+        went back below it (see :func:`_past_our_position`). A catch-up that another one
+        overtook meanwhile decides nothing: that one read on from its own position."""
+        if self.head != head:
+            return [e for e in entries if e.seq > head], False
+        if known is None and entries and entries[0].seq == head:
+            self._at_head = entries[0]  # recognised from now on
+        return _past_our_position(entries, head, known)
 
     async def _rewound(self) -> None:
         """The journal went back below our position: entries written since may reuse the

@@ -1,12 +1,14 @@
 -- Every scope of one turn's capture, in one atomic call. ARGV: P, now, message expiry (also
 -- the fallback expiry), margin_ms, fence position ('' = none), capture time as JSON, scope
 -- count, append ('' = the messages replace the stored ones; n = they follow the stored ones,
--- a stored message whose id they carry dropped, and the newest n are kept); then per scope: member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets,
--- author count A, A x (author, author as JSON, author target), message count M, M x (author
--- number: 1..A, 0 = none; message as JSON), authors sorted as Python sorts them.
--- Returns the number applied, the totals and mark, then each scope's outcome: 1 written, 0 ignored (a
--- newer write of the scope already landed), -1 refused (a later forget covers the scope), -2
--- refused (every scope: the group cannot vouch for the write, see ``unvouched``).
+-- a stored message whose id they carry dropped, and the newest n are kept); then per scope:
+-- member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets, author count A,
+-- A x (author, author as JSON, author target), message count M, M x (author number: 1..A,
+-- 0 = none; message as JSON), authors sorted as Python sorts them.
+-- Returns the number applied, the totals and mark, then each scope's outcome: 1 written,
+-- 0 ignored (a newer write of the scope already landed), -1 refused (a later forget covers
+-- the scope), -2 refused (every scope: the group cannot vouch for the write, see
+-- ``unvouched``).
 -- Messages of authors purged since the write began are dropped from their scope, and the rest
 -- is written: the same result as dropping them and calling again, without the second call.
 -- An appending capture whose durable row is older than the stored one still adds its
@@ -66,33 +68,34 @@ end
 -- What an appending capture stores: the live stored messages not repeated by id among the
 -- new ones, then the new ones, the newest `append` of them; its authors are the union (an
 -- author whose messages fell off the end stays listed: the index may over-include, never
--- miss); its position the oldest of the messages' writes ('' when one was unfenced).
-local function appended(cur, new, au)
-  if not cur[4] or not cur[5] or tonumber(cur[5]) <= tonumber(now) then return new, au, pos end
+-- miss); its position the oldest of the messages' writes ('' when one was unfenced). `held`:
+-- the record's 'm', 'mexp' and 'wm'; `stored_au`: its 'au'.
+local function appended(held, stored_au, new, au)
+  if not held[1] or not held[2] or tonumber(held[2]) <= tonumber(now) then return new, au, pos end
   local ids = {}
   for _, text in ipairs(new) do
     local id = cjson.decode(text)[6]
     if id ~= cjson.null then ids[id] = true end
   end
-  local merged, old = {}, cjson.decode(cur[4])[2]
-  for k, text in ipairs(stored_texts(cur[4])) do
+  local merged, old = {}, cjson.decode(held[1])[2]
+  for k, text in ipairs(stored_texts(held[1])) do
     local id = old[k][6]
     if id == cjson.null or not ids[id] then table.insert(merged, text) end
   end
   for _, text in ipairs(new) do table.insert(merged, text) end
   if #merged > append then merged = {unpack(merged, #merged - append + 1)} end
   local listed, union = {}, {}
-  for _, a in ipairs(cjson.decode(cur[2] or '[]')) do
+  for _, a in ipairs(cjson.decode(stored_au or '[]')) do
     listed[a] = true; table.insert(union, cjson.encode(a))
   end
   for _, a in ipairs(au) do
     if not listed[cjson.decode(a)] then table.insert(union, a) end
   end
   local wm = pos
-  if #merged > #new then
-    wm = cur[6] or ''
-    if wm ~= '' and pos ~= '' and tonumber(pos) < tonumber(wm) then wm = pos end
-    if pos == '' then wm = '' end
+  if #merged > #new then  -- stored messages stay: the record is as old as their write
+    local was = held[3] or ''
+    if was == '' or pos == '' then wm = ''
+    elseif tonumber(was) < tonumber(pos) then wm = was end
   end
   return merged, union, wm
 end
@@ -117,7 +120,7 @@ local function capture(i)
   local kept, au, after = unpurged(i + 9, na)
   if covered(pos, ARGV[i + 7]) then return -1, after end
   local rk = P .. 'e:' .. member
-  local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta', 'm', 'mexp', 'wm')
+  local cur = redis.call('HMGET', rk, 'rev', 'au', 'meta')
   local stale = row_rev ~= '' and cur[1] and tonumber(cur[1]) > tonumber(row_rev)
   if stale and not append then return 0, after end
   if not cur[1] then create(rk, ARGV[i + 1], ARGV[i + 2]) end
@@ -128,7 +131,10 @@ local function capture(i)
   end
   if cur[3] and cur[3] ~= meta then meta = over(meta, cur[3]) end
   local wm = pos
-  if append then kept, au, wm = appended(cur, kept, au) end
+  if append then
+    local held = redis.call('HMGET', rk, 'm', 'mexp', 'wm')  -- only an append reads them
+    kept, au, wm = appended(held, cur[2], kept, au)
+  end
   local m = '[' .. at .. ',[' .. table.concat(kept, ',') .. ']]'
   if not stale then redis.call('HSET', rk, 'meta', meta) end
   redis.call('HSET', rk, 'm', m)
