@@ -347,7 +347,7 @@ async def test_a_trickled_answer_runs_into_the_whole_answer_timeout(
 
 async def test_the_background_loop_outlives_a_run_that_raised(mem: shortterm.Memory) -> None:
     await _two_scopes(mem)
-    real_write = mem.write_distilled
+    real_write = mem.write
     raised = 0
 
     async def write_once_broken(*args: Any, **kwargs: Any) -> Any:
@@ -357,7 +357,7 @@ async def test_the_background_loop_outlives_a_run_that_raised(mem: shortterm.Mem
             raise RuntimeError("a bug no one foresaw")
         return await real_write(*args, **kwargs)
 
-    mem.write_distilled = write_once_broken  # type: ignore[method-assign]
+    mem.write = write_once_broken  # type: ignore[method-assign]
     reports: list[distiller.DistillReport] = []
     async with HostileModel(sent(DEEP)) as model:
         schedule = distiller.DistillSchedule(base_url=model.url, model="m", interval_s=0.05)

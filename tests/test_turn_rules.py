@@ -73,13 +73,13 @@ def _plan(
     stopped: bool = False,
     full: frozenset[str] = frozenset(),
     upgraded: bool = False,
-) -> list[rules.ScopeWrite]:
+) -> list[rules.CapturePlan]:
     return rules.plan_capture(
         snap, history, said, stopped=stopped, full_users=full, upgraded=upgraded, now=NOW
     )
 
 
-def _written(plan: list[rules.ScopeWrite]) -> list[ScopeKey]:
+def _written(plan: list[rules.CapturePlan]) -> list[ScopeKey]:
     return [key for write in plan for key, _ in write.scopes]
 
 

@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..memory.rules import CapturePlan
 from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput
@@ -272,9 +273,7 @@ class ShortTermSession:
                 if there is not None:
                     scopes.append((personal, (*kept[:there], *kept[there + 1 :])))
             meta = turn.meta(turn.persona_lineage_id)
-            await self.memory.write_capture(
-                scopes, meta, increment=None, fence=fence, now=self.memory.clock()
-            )
+            await self.memory.write(CapturePlan(scopes, meta, None), fence=fence)
         return self._as_item(popped)
 
 

@@ -37,6 +37,7 @@ from ..prompt.distill import answer_arguments, distill_messages
 from ..prompt.render import category_labels
 from ..tool.arguments import Refused, kind_of, parse_arguments
 from ..tool.spec import field_names
+from .rules import DistilledPlan, scope_meta
 
 if TYPE_CHECKING:
     from .facade import Memory
@@ -413,7 +414,7 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
         )
     except Refused as exc:
         raise _Unusable(f"the model's answer is not usable: {exc}") from exc
-    meta = memory.scope_meta(
+    meta = scope_meta(
         (
             entry.server_id,
             entry.server_name,
@@ -423,7 +424,7 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
             entry.persona_lineage_id,
         )
     )
-    rows = await memory.write_distilled([(key, meta)], change, reset_counter=key, fence=fence)
+    rows = await memory.write(DistilledPlan([(key, meta)], change, key), fence=fence)
     if not rows:
         return "a forget overtook it"
     memory.health.count("upgrades")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import warnings
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -17,14 +18,16 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from ..cache.base import HotTier
 from ..model import (
     DistilledWrite,
     Entry,
+    Message,
     Privacy,
     ScopeKey,
+    ScopeMeta,
     ScopeRow,
     ServerSettings,
     ServerSummary,
@@ -38,7 +41,7 @@ from ..model.fence import WriteFence
 from ..model.text import clean_text, truncate
 from ..store.base import Store
 from ..tool.slug import slugify
-from . import admin
+from . import admin, rules
 from .closing import ClosedOnExit
 from .engine.engine import Clock, Engine
 from .engine.follower import JournalFollower
@@ -88,6 +91,15 @@ def _on_engine(
         return forwarded(*args, **kwargs)
 
     return call
+
+
+def _deprecated(name: str, plan: str) -> None:
+    warnings.warn(
+        f"Memory.{name} is deprecated: make a plan ({plan}, see shortterm.memory.rules) "
+        "and pass it to Memory.write(plan, fence=...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 # Only read, never written: whatever a bot stores under these ids is left as it is.
@@ -327,8 +339,52 @@ class Memory(ClosedOnExit):
 
     # -- the write paths, for surfaces that write scopes themselves (see engine.py) -------
 
-    write_capture = _on_engine(Engine.write_capture)
-    write_distilled = _on_engine(Engine.write_distilled)
+    @overload
+    async def write(self, plan: rules.CapturePlan, *, fence: WriteFence) -> bool: ...
+    @overload
+    async def write(self, plan: rules.DistilledPlan, *, fence: WriteFence) -> list[ScopeRow]: ...
+
+    async def write(
+        self, plan: rules.CapturePlan | rules.DistilledPlan, *, fence: WriteFence
+    ) -> bool | list[ScopeRow]:
+        """Carry out a plan made by :mod:`shortterm.memory.rules` (a surface writing scopes
+        itself: an import, a pop, the distiller), fenced at ``fence`` (:meth:`begin_write`,
+        taken before reading what the plan was made from). A capture plan returns whether
+        every scope was written; a distilled plan, the rows written."""
+        engine = self._engine
+        if isinstance(plan, rules.CapturePlan):
+            return await engine.write_capture(plan, fence=fence, now=self.clock())
+        if isinstance(plan, rules.DistilledPlan):
+            return await engine.write_distilled(plan, fence=fence)
+        raise InvalidInput("plan", plan, "a CapturePlan or DistilledPlan of shortterm.memory.rules")
+
+    async def write_capture(
+        self,
+        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
+        meta: ScopeMeta,
+        *,
+        increment: ScopeKey | None,
+        fence: WriteFence,
+        now: float,
+        append: int | None = None,
+    ) -> bool:
+        """Deprecated: make a ``rules.CapturePlan`` and call :meth:`write`."""
+        _deprecated("write_capture", "rules.CapturePlan(scopes, meta, increment)")
+        plan = rules.CapturePlan(list(scopes), meta, increment)
+        return await self._engine.write_capture(plan, fence=fence, now=now, append=append)
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        fence: WriteFence,
+    ) -> list[ScopeRow]:
+        """Deprecated: make a ``rules.DistilledPlan`` and call :meth:`write`."""
+        _deprecated("write_distilled", "rules.DistilledPlan(scopes, change, reset_counter)")
+        plan = rules.DistilledPlan(list(scopes), change, reset_counter)
+        return await self._engine.write_distilled(plan, fence=fence)
 
     # -- deletion: every forget is journaled durably, then applied here, then followed ------
 

@@ -14,10 +14,21 @@ The engine carries the plans out; these functions never see it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence, Set
 from typing import NamedTuple
 
-from ..model import Entry, Message, Privacy, Reply, ScopeKey, ServerSettings, UserSettings
+from ..model import (
+    DistilledWrite,
+    Entry,
+    Message,
+    Privacy,
+    Reply,
+    ScopeKey,
+    ScopeMeta,
+    ServerSettings,
+    UserSettings,
+)
 from ..model.config import Config
 from ..model.text import truncate
 from ..prompt.render import Origin
@@ -25,7 +36,8 @@ from ..tool import texts
 from .turn_args import TurnArgs
 
 __all__ = [
-    "ScopeWrite",
+    "CapturePlan",
+    "DistilledPlan",
     "Snapshot",
     "admitted",
     "effective_privacy",
@@ -36,6 +48,7 @@ __all__ = [
     "reads_personal",
     "recalled_personal",
     "refusal",
+    "scope_meta",
     "scopes_written",
     "shown_messages",
     "tool_possible",
@@ -106,6 +119,13 @@ def meta_parts(snap: Snapshot, lineage: str | None) -> tuple[object, ...]:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def scope_meta(parts: tuple[object, ...]) -> ScopeMeta:
+    """The one ``ScopeMeta`` of :func:`meta_parts`' value: every turn in a channel shares it
+    (a cache, not a rule: the same parts always give an equal value)."""
+    return ScopeMeta(*parts)  # type: ignore[arg-type]
+
+
 # -- the tool -------------------------------------------------------------------------------
 
 
@@ -157,13 +177,22 @@ def refusal(
 # -- capture --------------------------------------------------------------------------------
 
 
-class ScopeWrite(NamedTuple):
-    """One persona's part of a capture: the scopes with their messages, where they were
-    written, and the scope whose counter steps (``None``: none does)."""
+class CapturePlan(NamedTuple):
+    """One persona's part of a capture, as the engine writes it: the scopes with their
+    messages, where they were written, and the scope whose counter steps (``None``: none)."""
 
     scopes: list[tuple[ScopeKey, tuple[Message, ...]]]
-    meta: tuple[object, ...]
+    meta: ScopeMeta
     increment: ScopeKey | None
+
+
+class DistilledPlan(NamedTuple):
+    """A distilled write, as the engine writes it: the scopes (with where they were written,
+    ``None`` keeping what is stored), the change, and the scope whose counter resets."""
+
+    scopes: list[tuple[ScopeKey, ScopeMeta | None]]
+    change: DistilledWrite
+    reset_counter: ScopeKey | None
 
 
 def _cap(text: str, cap: int) -> str:
@@ -204,7 +233,7 @@ def plan_capture(
     full_users: Set[str],
     upgraded: bool,
     now: float,
-) -> list[ScopeWrite]:
+) -> list[CapturePlan]:
     """What a capture writes: per reply persona, the newest ``max_messages`` of the admitted
     history and the replies into the scopes of :func:`scopes_written` (the user's own scope
     keeps only what they and the bot said). Nothing for a stopped turn, a turn without a
@@ -238,7 +267,8 @@ def plan_capture(
         if not keys:
             continue  # a partial-privacy user in a DM: nothing personal is kept
         scopes = [(k, own if k.kind == "user" else dialogue) for k in keys]
-        writes.append(ScopeWrite(scopes, meta_parts(snap, lineage), live if counts else None))
+        meta = scope_meta(meta_parts(snap, lineage))
+        writes.append(CapturePlan(scopes, meta, live if counts else None))
     return writes
 
 

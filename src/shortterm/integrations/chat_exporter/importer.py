@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 
 from ...cache.inprocess import InProcessCache
 from ...memory.facade import Memory
+from ...memory.rules import CapturePlan
 from ...model import Message, Privacy, ScopeKey, ScopeMeta, check_id
 from ...model.errors import InvalidInput
 from ...transfer.progress import Progress
@@ -311,12 +312,9 @@ async def _write(
         private=private,
         persona_lineage_id=lineage,
     )
-    now = memory.clock()
     # The same one write as a turn's capture (the durable row, awaited, then the hot tier's
     # messages), fenced where the merge above began.
-    if not await memory.write_capture(
-        [(key, tuple(keep))], meta, increment=None, fence=fence, now=now
-    ):
+    if not await memory.write(CapturePlan([(key, tuple(keep))], meta, None), fence=fence):
         return report(None, 0, [], "the channel was cleared while importing")
     return report(key, len(keep), taken, None)
 

@@ -58,7 +58,6 @@ Clock = Callable[[], float]
 KeyTuple = tuple[str, str, str, str | None]
 
 _SETTINGS_OVERLAP_S = 5.0  # the least look-back of a settings refresh
-_MAX_METAS = 4096
 
 
 class Engine:
@@ -72,7 +71,6 @@ class Engine:
         self.health = Health()
         # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
         self.renders = RenderCache(0 if cache.shared else 16384)
-        self._metas: dict[tuple[Any, ...], ScopeMeta] = {}
         self._last_snapshot: tuple[TurnArgs, int, rules.Snapshot] | None = None
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.
@@ -161,12 +159,7 @@ class Engine:
 
     def scope_meta(self, parts: tuple[Any, ...]) -> ScopeMeta:
         """One shared ScopeMeta per distinct value: every turn in a channel has the same."""
-        meta = self._metas.get(parts)
-        if meta is None:
-            if len(self._metas) >= _MAX_METAS:
-                self._metas.clear()
-            meta = self._metas[parts] = ScopeMeta(*parts)
-        return meta
+        return rules.scope_meta(parts)
 
     async def begin_write(self, triggerer: str | None = None) -> WriteFence:
         """Where a write begins: follow the journal, then the position to fence the write at."""
@@ -305,40 +298,33 @@ class Engine:
         if not writes:
             self.health.count("captures_skipped")
             return
-        for write in writes:
+        for plan in writes:
             # Every persona's write carries the same fence: a forget landing during the first
             # one's write also drops the next ones.
-            meta = self.scope_meta(write.meta)
             await self.write_capture(
-                write.scopes,
-                meta,
-                increment=write.increment,
-                fence=fence,
-                now=now,
-                append=self.config.max_messages if append else None,
+                plan, fence=fence, now=now, append=self.config.max_messages if append else None
             )
         self.health.count("captures")
 
     async def write_capture(
         self,
-        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
-        meta: ScopeMeta,
+        plan: rules.CapturePlan,
         *,
-        increment: ScopeKey | None,
         fence: WriteFence,
         now: float,
         append: int | None = None,
     ) -> bool:
-        """The one capture write: ensure the scopes' durable rows (and step the counter of
-        ``increment``) in one fenced statement, then replace their messages in the hot tier
-        (with ``append``, add them after the stored ones: see ``HotTier.capture_scopes``),
-        fenced again where they land. A scope a forget overtook is dropped in both tiers.
-        During a durable outage the hot tier is still written (fenced) and the lost counter
-        step is counted. Returns whether every scope was written.
+        """The one capture write (a plan of rules.py): ensure the scopes' durable rows (and
+        step the counter of ``increment``) in one fenced statement, then replace their
+        messages in the hot tier (with ``append``, add them after the stored ones: see
+        ``HotTier.capture_scopes``), fenced again where they land. A scope a forget overtook
+        is dropped in both tiers. During a durable outage the hot tier is still written
+        (fenced) and the lost counter step is counted. Returns whether every scope was written.
 
         With a write-behind, a capture whose scopes the hot tier already mirrors writes the
         hot tier only (stepping the counter there) and buffers its durable part; a cold scope
         (whose durable row may hold values the hot tier lacks) is written through as above."""
+        scopes, meta, increment = plan
         wb = self.write_behind
         if wb is not None:
             if meta.private:
@@ -418,18 +404,18 @@ class Engine:
 
     async def write_distilled(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
-        change: DistilledWrite,
+        plan: rules.DistilledPlan,
         *,
-        reset_counter: ScopeKey | None,
         fence: WriteFence,
         committed: Callable[[list[ScopeRow]], None] | None = None,
     ) -> list[ScopeRow]:
-        """The one distilled write (tool call, admin edit): all scopes in one fenced, journaled
-        durable transaction, then mirrored in the hot tier. Returns the rows written (fewer
-        when a forget overtook it); ``committed`` learns them between commit and mirror. An
-        unknown outcome (a connection dropped mid-commit) raises ``StoreUnavailable`` with
-        ``maybe_applied``, and the scopes are read through on their next use."""
+        """The one distilled write (a plan of rules.py: tool call, admin edit, distiller):
+        all scopes in one fenced, journaled durable transaction, then mirrored in the hot tier.
+        Returns the rows written (fewer when a forget overtook it); ``committed`` learns them
+        between commit and mirror. An unknown outcome (a connection dropped mid-commit) raises
+        ``StoreUnavailable`` with ``maybe_applied``, and the scopes are read through on their
+        next use."""
+        scopes, change, reset_counter = plan
         wb = self.write_behind
         if wb is not None:
             wb.note_private(k for k, meta in scopes if meta and meta.private)
@@ -492,7 +478,7 @@ class Engine:
     async def edit(self, key: ScopeKey, change: DistilledWrite) -> Entry | None:
         """An admin edit of one scope, durable; what the scope remembers after it."""
         fence = await self.begin_write()
-        await self.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
+        await self.write_distilled(rules.DistilledPlan([(key, None)], change, None), fence=fence)
         return await self.tiers.cache.get(key, self.clock())
 
     async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:

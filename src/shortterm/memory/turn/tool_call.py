@@ -79,7 +79,7 @@ async def call_tool(
         )
     except Refused as exc:
         return _refused(engine, str(exc))
-    meta = engine.scope_meta(rules.meta_parts(snap, args.persona_lineage_id))
+    meta = rules.scope_meta(rules.meta_parts(snap, args.persona_lineage_id))
     scopes, live = rules.scopes_written(snap, args.persona_id)
     taken = await guard.claim()
     if isinstance(taken, Lapsed):
@@ -88,9 +88,7 @@ async def call_tool(
         return _refused(engine, taken)
     try:
         rows = await engine.write_distilled(
-            [(key, meta) for key in scopes],
-            change,
-            reset_counter=live,
+            rules.DistilledPlan([(key, meta) for key in scopes], change, live),
             fence=fence.covering(guard.targets),  # whoever takes the claim over fences it
             committed=lambda written: guard.committed(len(written) == len(scopes)),
         )

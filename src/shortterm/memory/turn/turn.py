@@ -147,7 +147,7 @@ class Turn:
         snap = self.snapshot()
         if settings is not None:
             snap = snap._replace(settings=settings)
-        return self._engine.scope_meta(rules.meta_parts(snap, lineage))
+        return rules.scope_meta(rules.meta_parts(snap, lineage))
 
     # -- write path 2: the summary upgrade tool -------------------------------------------
 
