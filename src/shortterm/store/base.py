@@ -9,7 +9,7 @@ operation, atomic, and durable when it returns. Backends wrap driver errors in
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from ..model.fence import JOURNAL_RETENTION_S, JournalEntry, WriteFence
 from ..model.keys import ScopeKey, ScopeKind
@@ -29,8 +29,16 @@ __all__ = [
     "ScopeRow",
     "ServerSummary",
     "Store",
+    "TouchScopes",
     "TouchedBatch",
+    "WriteScopes",
 ]
+
+TouchScopes: TypeAlias = Sequence[tuple[ScopeKey, ScopeMeta]]
+"""The scopes a capture touches, each with its metadata."""
+
+WriteScopes: TypeAlias = Sequence[tuple[ScopeKey, ScopeMeta | None]]
+"""The scopes a distilled write changes; a ``None`` metadata keeps what is stored."""
 
 
 class Forgotten(NamedTuple):
@@ -84,7 +92,7 @@ class BatchTouch(Protocol):
     async def write_distilled_after(
         self,
         touches: Sequence[BufferedTouch],
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,
@@ -124,7 +132,7 @@ class Store(Protocol):
 
     async def touch(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        scopes: TouchScopes,
         *,
         increment: ScopeKey | None,
         now: float,
@@ -138,7 +146,7 @@ class Store(Protocol):
 
     async def write_distilled(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,

@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from ..model import fence as fencing
-from ..model.keys import Privacy, ScopeKey, ScopeKind
+from ..model.keys import ScopeKey, ScopeKind
 from ..model.rows import DistilledWrite, ScopeMeta, ScopeRow, ServerSummary, merge_categories
 from ..model.settings import ServerSettings, UserSettings
-from .base import Forgotten
+from .base import Forgotten, TouchScopes, WriteScopes
+from .settings_fence import server_settings_targets, user_settings_targets
 
 __all__ = ["ReferenceStore"]
 
@@ -126,7 +127,7 @@ class ReferenceStore:
 
     async def touch(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        scopes: TouchScopes,
         *,
         increment: ScopeKey | None,
         now: float,
@@ -141,7 +142,7 @@ class ReferenceStore:
 
     async def write_distilled(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,
@@ -318,18 +319,15 @@ class ReferenceStore:
         old = self._servers.get(server_id)
         was_private = old[0].private_channel_ids if old is not None else frozenset()
         self._servers[server_id] = (settings, now)
-        newly = sorted(settings.private_channel_ids - was_private)
-        return self._append(
-            "server_settings", [server_id], [fencing.private_target(server_id, c) for c in newly]
-        )
+        targets = server_settings_targets(server_id, settings, was_private)
+        return self._append("server_settings", [server_id], targets)
 
     async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
         return {sid: s for sid, (s, at) in self._servers.items() if at >= since}
 
     async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
         self._users[user_id] = (settings, now)
-        narrowed = settings.privacy is not Privacy.NONE  # PARTIAL too: a fence row
-        return self._append("user_settings", [], [fencing.user_target(user_id)] if narrowed else [])
+        return self._append("user_settings", [], user_settings_targets(user_id, settings))
 
     async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
         return {uid: s for uid, (s, at) in self._users.items() if at >= since}

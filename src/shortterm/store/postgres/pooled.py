@@ -1,5 +1,5 @@
-"""The PostgreSQL store's plumbing over its pool: every operation bounded in time, driver
-errors mapped, transactions and the fence's locks, the schema.
+"""The PostgreSQL store's connection part: its pool (every operation bounded in time, driver
+errors mapped, transactions and the fence's locks) and its journal listener.
 
 Nothing here needs a session of its own, so the pool may sit behind a pooler in transaction
 mode (``pooler="transaction"``): locks are transaction advisory locks, the migration's
@@ -18,15 +18,14 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ...model.errors import ConfigError, StoreUnavailable
-from ..sql_common import Statements
-from . import journal, schema, sql
+from . import journal, sql
 from .connection import Conn, Pool, PoolWatch, first_contact, pooler_hint, recheck
-from .values import lock_key, one
+from .layout import Layout
 
-__all__ = ["PooledStore"]
+__all__ = ["Pooled"]
 
 
-class PooledStore:
+class Pooled:
     """A pool of connections to one database (one schema in it), and a journal listener.
 
     ``pooler="transaction"``: the pool's connections reach a pooler in transaction mode
@@ -41,18 +40,16 @@ class PooledStore:
         self,
         pool: Pool,
         *,
-        schema: str | None = None,
-        owns_pool: bool = False,
-        operation_timeout_s: float = 30.0,
-        listen_timeout_s: float = 1.0,
-        pooler: Literal["transaction"] | None = None,
-        listen_url: str | None = None,
-        watch: PoolWatch | None = None,
-        probes: Sequence[tuple[str, dict[str, Any], str]] = (),
+        schema: str | None,
+        owns_pool: bool,
+        operation_timeout_s: float,
+        listen_timeout_s: float,
+        pooler: Literal["transaction"] | None,
+        listen_url: str | None,
+        watch: PoolWatch | None,
+        probes: Sequence[tuple[str, dict[str, Any], str]],
     ) -> None:
-        """``watch``: what the pool's connections tell of their attempts (the pool must use
-        ``watched_connection(watch)``); ``probes``: how to connect for the probe before the
-        pool first opens (see ``connection.first_contact``), each with what it is for."""
+        """The arguments of :class:`~shortterm.store.postgres.PostgresStore`, checked here."""
         for name, value in (
             ("operation_timeout_s", operation_timeout_s),
             ("listen_timeout_s", listen_timeout_s),
@@ -72,33 +69,21 @@ class PooledStore:
         self._owns_pool = owns_pool
         # How to connect, for the probe before the pool opens: the pool's way, then listen_url.
         self._first = list(probes)
-        self._watch = watch if watch is not None else PoolWatch()
+        self.watch = watch if watch is not None else PoolWatch()  # also read for readiness
         self._opened = False
         self._closed = False
-        t = f'"{schema}".' if schema else ""
-        self._t = t
-        self._sql = Statements.of(t, "%s")
-        self._upsert = sql.UPSERT.format(t=t)
-        self._fenced_upsert = sql.FENCED_UPSERT.format(t=t)
-        self._fence_lock = lock_key(f"shortterm.fence:{schema or ''}")
-        self._journal_lock = lock_key(f"shortterm.journal:{schema or ''}")
-        self._channel = f"stm_{lock_key(schema or 'public') & 0xFFFFFFFFFFFF:x}"
-        self._listener = journal.JournalListener(
+        self.layout = layout = Layout.of(schema)
+        self.listener = journal.JournalListener(
             pool,
-            self._channel,
-            f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
+            layout.channel,
+            layout.common.journal_head,
             timeout_s=listen_timeout_s,
             conninfo=listen_url,
             notify=pooler is None or listen_url is not None,
         )
-        self._put = sql.PUT.format(t=t)
-        self._multi: dict[tuple[int, bool, bool], str] = {}
-        self._lock_name = f"shortterm.migrate:{schema or ''}"
-
-    # -- plumbing -------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _conn(self, what: str) -> AsyncIterator[Conn]:
+    async def conn(self, what: str) -> AsyncIterator[Conn]:
         if self._closed:
             raise StoreUnavailable("PostgreSQL store is closed")
         sent = False  # once the caller has the connection, a failure is ambiguous
@@ -111,7 +96,7 @@ class PooledStore:
                     await self._open(what)
                 waiting = self._wait_bound(bound)
                 async with self.pool.connection(timeout=waiting[1]) as conn:
-                    self._watch.served(waiting[0])
+                    self.watch.served(waiting[0])
                     waiting = None
                     sent = True
                     yield conn
@@ -134,21 +119,21 @@ class PooledStore:
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
             ) from exc
 
-    async def _read(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
+    async def read(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
         """The rows of a read. A read changes nothing, so one that met a dropped connection is
-        tried once more, on a connection the pool's re-check left (see ``_conn``): after a
+        tried once more, on a connection the pool's re-check left (see :meth:`conn`): after a
         server restart or a failover every idle connection is dead, and the first call would
         otherwise fail (and serve degraded) while the server answers."""
         try:
-            return await self._fetch(what, query, params)
+            return await self.fetch(what, query, params)
         except StoreUnavailable as exc:
             cause = exc.__cause__
             if not isinstance(cause, psycopg.OperationalError) or isinstance(cause, PoolTimeout):
                 raise
-        return await self._fetch(what, query, params)
+        return await self.fetch(what, query, params)
 
-    async def _fetch(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
-        async with self._conn(what) as conn:
+    async def fetch(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
+        async with self.conn(what) as conn:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
 
@@ -186,54 +171,35 @@ class PooledStore:
             f"(pool_max_size={self.pool.max_size}) is exhausted or the server refuses new "
             "connections"
         )
-        refused = self._watch.refused
+        refused = self.watch.refused
         if refused is not None:
             message += f": {refused}"
-        self._watch.timed_out(message)
+        self.watch.timed_out(message)
         return StoreUnavailable(message, maybe_applied=False)
 
-    @property
-    def pool_trouble(self) -> str | None:
-        """Why the pool could not serve lately: the error of the newest wait for a connection
-        that timed out, until a wait begun after it is served. Changes nothing; readiness
-        reports it (a probe's own read may well be served while the bot's operations wait)."""
-        return self._watch.trouble
-
     @asynccontextmanager
-    async def _tx(self, what: str) -> AsyncIterator[Conn]:
-        async with self._conn(what) as conn, conn.transaction():
+    async def tx(self, what: str) -> AsyncIterator[Conn]:
+        async with self.conn(what) as conn, conn.transaction():
             yield conn
 
     @asynccontextmanager
-    async def _forget_tx(self, what: str) -> AsyncIterator[Conn]:
+    async def forget_tx(self, what: str) -> AsyncIterator[Conn]:
         """A transaction holding the fence lock exclusively (no fenced write is in flight
         while it runs) and the journal lock (sequence numbers commit in order)."""
-        async with self._tx(what) as conn:
+        layout = self.layout
+        async with self.tx(what) as conn:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(%s::bigint), pg_advisory_xact_lock(%s::bigint)",
-                (self._fence_lock, self._journal_lock),
+                (layout.fence_lock, layout.journal_lock),
             )
             yield conn
-            await conn.execute(f"SELECT pg_notify('{self._channel}', '')")
-
-    # -- schema ---------------------------------------------------------------------------
-
-    async def migrate(self) -> list[str]:
-        """Apply pending migrations, each in one transaction with its ``schema_migrations``
-        row. An advisory lock serializes processes migrating the same schema at once."""
-        async with self._conn("migration") as conn:
-            return await schema.migrate(conn, self._t, self.schema, self._lock_name)
-
-    async def schema_version(self) -> int:
-        async with self._conn("schema query") as conn:
-            cur = await conn.execute(f"SELECT MAX(version) FROM {self._t}schema_migrations")
-            return int(one(await cur.fetchone())[0] or 0)
+            await conn.execute(f"SELECT pg_notify('{layout.channel}', '')")
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        await self._listener.close()
+        await self.listener.close()
         if self._owns_pool:
             await self.pool.close()
 

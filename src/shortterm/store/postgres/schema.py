@@ -5,8 +5,9 @@ from __future__ import annotations
 from .. import migrations
 from .connection import Conn
 from .sql import MIGRATE_LOCK
+from .values import one
 
-__all__ = ["migrate"]
+__all__ = ["migrate", "version"]
 
 
 async def migrate(conn: Conn, t: str, schema: str | None, lock_name: str) -> list[str]:
@@ -40,3 +41,9 @@ async def migrate(conn: Conn, t: str, schema: str | None, lock_name: str) -> lis
             )
         applied.append(m.label)
     return applied
+
+
+async def version(conn: Conn, t: str) -> int:
+    """The newest migration applied (0 for none)."""
+    cur = await conn.execute(f"SELECT MAX(version) FROM {t}schema_migrations")
+    return int(one(await cur.fetchone())[0] or 0)

@@ -1,10 +1,11 @@
-"""Server and user settings in PostgreSQL: the statements run inside the store's transaction."""
+"""Server and user settings in PostgreSQL: their statements (run inside the caller's
+transaction) and the store's settings part, which saves them journaled and reads them."""
 
 from __future__ import annotations
 
 from ...model import ServerSettings, UserSettings
-from ...model.fence import private_target
 from ...model.text import clean_text
+from ..settings_fence import server_settings_targets, user_settings_targets
 from ..sql_common import (
     SERVER_READ_COLS,
     server_settings,
@@ -12,10 +13,41 @@ from ..sql_common import (
     server_upsert,
     user_settings,
 )
+from . import journal
 from .connection import Conn
+from .pooled import Pooled
 from .values import clean, jsonb
 
-__all__ = ["read_servers", "read_users", "write_server", "write_user"]
+__all__ = ["Settings", "read_servers", "read_users", "write_server", "write_user"]
+
+
+class Settings:
+    """The settings operations of :class:`~shortterm.store.postgres.PostgresStore`: a save is
+    journaled in the same transaction, under the forget locks (it may fence)."""
+
+    def __init__(self, pooled: Pooled) -> None:
+        self._conn = pooled.conn
+        self._forget_tx = pooled.forget_tx
+        self._t = pooled.layout.t
+
+    async def save_server(self, server_id: str, settings: ServerSettings, now: float) -> int:
+        async with self._forget_tx("server settings write") as conn:
+            targets = await write_server(conn, self._t, server_id, settings, now)
+            return await journal.append(conn, self._t, "server_settings", [server_id], targets, now)
+
+    async def servers_since(self, since: float) -> dict[str, ServerSettings]:
+        async with self._conn("server settings read") as conn:
+            return await read_servers(conn, self._t, since)
+
+    async def save_user(self, user_id: str, settings: UserSettings, now: float) -> int:
+        async with self._forget_tx("user settings write") as conn:
+            await write_user(conn, self._t, user_id, settings, now)
+            targets = user_settings_targets(user_id, settings)
+            return await journal.append(conn, self._t, "user_settings", [], targets, now)
+
+    async def users_since(self, since: float) -> dict[str, UserSettings]:
+        async with self._conn("user settings read") as conn:
+            return await read_users(conn, self._t, since)
 
 
 async def write_server(
@@ -45,8 +77,7 @@ async def write_server(
             "AS c(label, description, ord)",
             (server_id, labels, descriptions),
         )
-    newly = sorted(s.private_channel_ids - was_private)
-    return [private_target(server_id, c) for c in newly]
+    return server_settings_targets(server_id, s, was_private)
 
 
 async def read_servers(conn: Conn, t: str, since: float) -> dict[str, ServerSettings]:

@@ -1,29 +1,32 @@
-"""The PostgreSQL store: the Store protocol's operations over a pool.
+"""The PostgreSQL store: the Store protocol, by calling the parts that do the work.
 
-This module holds the scope rows' operations (captures, distilled writes, loads, exports,
-hydration); the pool's plumbing and the schema are in :mod:`.pooled`, the journaled
-operations (forgets, settings, journal reads) in :mod:`.journaling`. The statement text lives
-in :mod:`.sql`, values in :mod:`.values`, connecting in :mod:`.connection`, the journal in
-:mod:`.journal`, settings rows in :mod:`.settings`.
+Each part has one job: :mod:`.pooled` holds the pool (bounding, guarding and transacting every
+operation) and the journal listener, :mod:`.journaling` writes and reads the forget journal,
+:mod:`.settings` keeps the settings and :mod:`.scopes` the scope rows; :mod:`.schema`
+migrates. Reaching the server (probes, refusals, the pool's watch) is :mod:`.connection`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 from psycopg_pool import AsyncConnectionPool
 
-from ...model import fence as fencing
 from ...model import urls
 from ...model.errors import ConfigError
+from ...model.fence import JournalEntry, WriteFence
 from ...model.keys import ScopeKey, ScopeKind
-from ...model.rows import DistilledWrite, HydrationRow, ScopeMeta, ScopeRow, ServerSummary
-from ..sql_common import SCOPE_COLS, key_args, server_summaries
-from . import sql
-from .connection import Pool, PoolWatch, check_options, watched_connection
+from ...model.rows import DistilledWrite, HydrationRow, ScopeRow, ServerSummary
+from ...model.settings import ServerSettings, UserSettings
+from ..base import Forgotten, TouchScopes, WriteScopes
+from . import schema, sql
+from .connection import Conn, Pool, PoolWatch, check_options, watched_connection
 from .journaling import Journaling
-from .values import clean, jsonb, one, one_row, put_row_params, scope_params, scope_row, targets_of
+from .pooled import Pooled
+from .scopes import Scopes
+from .settings import Settings
 
 __all__ = ["POOL_MAX_SIZE", "PostgresStore"]
 
@@ -33,13 +36,46 @@ __all__ = ["POOL_MAX_SIZE", "PostgresStore"]
 POOL_MAX_SIZE = 4
 
 
-class PostgresStore(Journaling):
+class PostgresStore:
     """A durable store in PostgreSQL. Use :meth:`from_url`, or pass a pool you manage.
 
     ``pool`` must hand out connections in autocommit mode. With ``schema``, every table lives
     in that schema (created by :meth:`migrate`), so several deployments or test runs can share
     one database without seeing each other.
     """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str | None = None,
+        owns_pool: bool = False,
+        operation_timeout_s: float = 30.0,
+        listen_timeout_s: float = 1.0,
+        pooler: Literal["transaction"] | None = None,
+        listen_url: str | None = None,
+        watch: PoolWatch | None = None,
+        probes: Sequence[tuple[str, dict[str, Any], str]] = (),
+    ) -> None:
+        """``pooler``: see :class:`Pooled`. ``watch``: what the pool's connections tell of
+        their attempts (the pool must use ``watched_connection(watch)``); ``probes``: how to
+        connect for the probe before the pool first opens (see ``connection.first_contact``),
+        each with what it is for."""
+        self._pooled = pooled = Pooled(
+            pool,
+            schema=schema,
+            owns_pool=owns_pool,
+            operation_timeout_s=operation_timeout_s,
+            listen_timeout_s=listen_timeout_s,
+            pooler=pooler,
+            listen_url=listen_url,
+            watch=watch,
+            probes=probes,
+        )
+        self._listener = pooled.listener
+        self._journal = Journaling(pooled)
+        self._settings = Settings(pooled)
+        self._scopes = Scopes(pooled)
 
     @classmethod
     def from_url(cls, url: str, *, schema: str | None = None) -> PostgresStore:
@@ -110,256 +146,171 @@ class PostgresStore(Journaling):
             ],
         )
 
-    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def pool(self) -> Pool:
+        return self._pooled.pool
 
-    def _multi_upsert(self, n: int, *, fenced: bool = False, journaled: bool = False) -> str:
-        """:func:`sql.multi_upsert` for this schema, built once per shape."""
-        found = self._multi.get((n, fenced, journaled))
-        if found is None:
-            found = self._multi[(n, fenced, journaled)] = sql.multi_upsert(
-                self._upsert,
-                self._fenced_upsert,
-                self._t,
-                self._channel,
-                n,
-                fenced=fenced,
-                journaled=journaled,
+    @property
+    def schema(self) -> str | None:
+        return self._pooled.schema
+
+    @property
+    def pooler(self) -> Literal["transaction"] | None:
+        return self._pooled.pooler
+
+    @property
+    def operation_timeout_s(self) -> float:
+        return self._pooled.operation_timeout_s
+
+    @property
+    def pool_trouble(self) -> str | None:
+        """Why the pool could not serve lately: the error of the newest wait for a connection
+        that timed out, until a wait begun after it is served. Changes nothing; readiness
+        reports it (a probe's own read may well be served while the bot's operations wait)."""
+        return self._pooled.watch.trouble
+
+    @property
+    def listening(self) -> bool:
+        """Whether the ``LISTEN`` connection proved itself alive within ``listen_timeout_s``,
+        so that :meth:`journal_moved` answers from its flag (asking changes nothing)."""
+        return self._listener.alive
+
+    # Reached by tests and benchmarks (cleanups, lock contention).
+    @property
+    def _t(self) -> str:
+        return self._pooled.layout.t
+
+    @property
+    def _fence_lock(self) -> int:
+        return self._pooled.layout.fence_lock
+
+    def _conn(self, what: str) -> AbstractAsyncContextManager[Conn]:
+        return self._pooled.conn(what)
+
+    # -- schema ---------------------------------------------------------------------------
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations, each in one transaction with its ``schema_migrations``
+        row. An advisory lock serializes processes migrating the same schema at once."""
+        pooled = self._pooled
+        async with pooled.conn("migration") as conn:
+            return await schema.migrate(
+                conn, pooled.layout.t, pooled.schema, pooled.layout.migrate_lock
             )
-        return found
 
-    async def _upsert_many(
-        self,
-        what: str,
-        params: list[dict[str, Any]],
-        fence: fencing.WriteFence | None = None,
-        *,
-        journaled: bool = False,
-    ) -> list[ScopeRow]:
-        if fence is not None:
-            for p in params:
-                p["fence"] = fence.position
-                p["targets"] = list(targets_of(p, fence))
-        extra: dict[str, Any] = {}
-        if fence is not None:
-            extra["fence_lock"] = self._fence_lock
-            extra["journal_lock"] = self._journal_lock
-            extra["journal_at"] = params[0]["now"] if params else 0.0
-        fenced = fence is not None
-        journaled = journaled and fenced
-        if len(params) == 1 and not fenced:
-            async with self._conn(what) as conn:
-                cur = await conn.execute(self._upsert, params[0])
-                return [scope_row(one(await cur.fetchone()))]
-        keys = [(p["kind"], p["owner"], p["channel"], p["persona"] or "") for p in params]
-        if len(set(keys)) < len(keys):
-            # One statement cannot change a row twice: apply repeats in order, in a
-            # transaction (the caller asked for something odd, not for something fast).
-            async with self._tx(what) as conn:
-                out = []
-                for p in params:
-                    single = {f"{name}_0": value for name, value in p.items()} | extra
-                    statement = self._multi_upsert(1, fenced=fenced, journaled=journaled)
-                    cur = await conn.execute(statement, single)
-                    found = await cur.fetchone()
-                    if found is not None:
-                        out.append(scope_row(found[1:]))
-                        if journaled:
-                            self._listener.own(found[-1])
-                return out
-        # Rows are locked in key order, whatever the caller's order, so two writers of
-        # overlapping scopes can never deadlock.
-        order = sorted(range(len(params)), key=keys.__getitem__)
-        merged: dict[str, Any] = dict(extra)
-        for i, j in enumerate(order):
-            merged.update({f"{name}_{i}": value for name, value in params[j].items()})
-        async with self._conn(what) as conn:
-            statement = self._multi_upsert(len(params), fenced=fenced, journaled=journaled)
-            cur = await conn.execute(statement, merged)
-            result = await cur.fetchall()
-        rows: list[ScopeRow | None] = [None] * len(params)
-        for r in result:
-            rows[order[r[0]]] = scope_row(r[1:])
-        if journaled and result:
-            self._listener.own(result[0][-1])  # the statement's entries end at this one
-        if fenced:
-            return [r for r in rows if r is not None]
-        return [one_row(r) for r in rows]
+    async def schema_version(self) -> int:
+        async with self._pooled.conn("schema query") as conn:
+            return await schema.version(conn, self._pooled.layout.t)
+
+    async def close(self) -> None:
+        await self._pooled.close()
 
     # -- scopes ---------------------------------------------------------------------------
 
     async def touch(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        scopes: TouchScopes,
         *,
         increment: ScopeKey | None,
         now: float,
-        fence: fencing.WriteFence | None = None,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        params = []
-        for key, meta in scopes:
-            p = scope_params(key, meta, now)
-            if increment is not None and key == increment:
-                p["inc"] = 1
-            params.append(p)
-        return await self._upsert_many("capture upsert", params, fence)
+        return await self._scopes.touch(scopes, increment, now, fence)
 
     async def write_distilled(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: fencing.WriteFence | None = None,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        summary = clean(change.summary)
-        patch = None if change.categories is None else jsonb(change.categories)
-        params = []
-        for key, meta in scopes:
-            p = scope_params(key, meta, now)
-            if change.set_summary:
-                p["set_summary"] = True
-                p["summary"] = summary
-                p["summary_at"] = None if summary is None else now
-            if patch is not None:
-                p["patch"] = patch
-                p["replace"] = change.replace_categories
-            if reset_counter is not None and key == reset_counter:
-                p["reset"] = 1
-            params.append(p)
-        return await self._upsert_many("distilled write", params, fence, journaled=True)
+        return await self._scopes.write_distilled(scopes, change, reset_counter, now, fence)
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
-        async with self._conn("load") as conn:
-            cur = await conn.execute(self._sql.load, key_args(key))
-            r = await cur.fetchone()
-            return None if r is None else scope_row(r)
+        return await self._scopes.load(key)
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
-        async with self._conn("owner load") as conn:
-            cur = await conn.execute(self._sql.load_owner, (kind, owner_id))
-            return [scope_row(r) for r in await cur.fetchall()]
+        return await self._scopes.load_owner(kind, owner_id)
 
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
-        async with self._conn("channel load") as conn:
-            cur = await conn.execute(self._sql.load_channel, (channel_id,))
-            return [scope_row(r) for r in await cur.fetchall()]
+        return await self._scopes.load_channel(channel_id)
 
     async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
-        # Ids are never empty, so "after ''" is "from the start" and the plan stays one range.
-        async with self._conn("server list") as conn:
-            cur = await conn.execute(sql.LIST_SERVERS.format(t=self._t), (after or "", limit))
-            page = await cur.fetchall()
-        return server_summaries(page)
+        return await self._scopes.list_servers(after, limit)
 
-    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        async for batch in self._pages("export read", self._sql.rows_page, (), batch_rows):
-            yield batch
+    def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        return self._scopes.iter_rows(batch_rows)
 
     async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
     ) -> list[ScopeRow]:
-        if not rows:
-            return []
-        params = [put_row_params(row) for row in rows]
-        if fence is None:
-            # One transaction; executemany pipelines the statements, so a batch costs about
-            # one round trip rather than one per row.
-            async with self._tx("row import") as conn, conn.cursor() as cur:
-                await cur.executemany(self._put, params, returning=True)
-                out = []
-                while True:
-                    out.append(scope_row(one(await cur.fetchone())))
-                    if not cur.nextset():
-                        break
-            return out
-        written = []
-        async with self._tx("row import") as conn:
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock_shared(%s::bigint), "
-                "pg_advisory_xact_lock(%s::bigint)",
-                (self._fence_lock, self._journal_lock),
-            )
-            for row, p in zip(rows, params, strict=True):
-                m = row.meta
-                targets = fencing.fence_targets(row.key, m.server_id, m.parent_channel_id, fence)
-                cur = await conn.execute(
-                    f"SELECT {self._t}fence_clear(%s::text[], %s::bigint)",
-                    (list(targets), fence.position),
-                )
-                if not one(await cur.fetchone())[0]:
-                    continue
-                cur = await conn.execute(self._put, p)
-                written.append(scope_row(one(await cur.fetchone())))
-            for r in written:
-                k = r.key
-                await conn.execute(
-                    f"INSERT INTO {self._t}journal (kind, subject, subject_user, at) "
-                    "VALUES ('edit', %s, %s, %s)",
-                    (
-                        jsonb(list(k.astuple)),
-                        k.owner_id if k.kind == "user" else None,
-                        r.updated_at,
-                    ),
-                )
-            await conn.execute(f"SELECT pg_notify('{self._channel}', '')")
-        return written
+        return await self._scopes.put_rows(rows, fence)
 
-    async def iter_distilled(
-        self, *, since: float, batch_rows: int
-    ) -> AsyncIterator[list[ScopeRow]]:
-        # Keyset pages by id: each page is one short query on a pooled connection, so no
-        # transaction or server-side cursor stays open while the caller works on a batch.
-        page_sql = (
-            f"SELECT id, {SCOPE_COLS} FROM {self._t}scopes WHERE id > %s AND "
-            "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
-            "ORDER BY id LIMIT %s"
-        )
-        async for batch in self._pages("hydration read", page_sql, (since, since), batch_rows):
-            yield batch
+    def iter_distilled(self, *, since: float, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        return self._scopes.iter_distilled(since, batch_rows)
 
-    async def iter_hydration(
-        self, *, since: float, batch_rows: int
-    ) -> AsyncIterator[list[HydrationRow]]:
+    def iter_hydration(self, *, since: float, batch_rows: int) -> AsyncIterator[list[HydrationRow]]:
         """:meth:`iter_distilled` as plain :data:`HydrationRow` tuples (model.rows): the
         columns in that order, an empty category map as NULL, the page's id cut off."""
-        page_sql = (
-            "SELECT id, kind, owner_id, channel_id, persona_id, server_id, server_name, "
-            "channel_name, parent_channel_id, private, persona_lineage_id, summary, summary_at, "
-            "NULLIF(categories, '{}'::jsonb), categories_at, turns_since_refresh, revision "
-            f"FROM {self._t}scopes WHERE id > %s AND "
-            "((summary IS NOT NULL AND summary_at > %s) OR categories_at > %s) "
-            "ORDER BY id LIMIT %s"
-        )
-        last = 0
-        while True:
-            async with self._conn("hydration read") as conn:
-                cur = await conn.execute(page_sql, (last, since, since, batch_rows))
-                rows = await cur.fetchall()
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [r[1:] for r in rows]
-            if len(rows) < batch_rows:
-                return
+        return self._scopes.iter_hydration(since, batch_rows)
 
-    async def _pages(
-        self, what: str, page_sql: str, args: tuple[Any, ...], batch_rows: int
-    ) -> AsyncIterator[list[ScopeRow]]:
-        """Keyset pages by id, ``page_sql`` taking (last id, *args, limit): each page is one
-        short query on a pooled connection, so no transaction or server-side cursor stays
-        open while the caller works on a batch."""
-        last = 0
-        while True:
-            async with self._conn(what) as conn:
-                cur = await conn.execute(page_sql, (last, *args, batch_rows))
-                rows = await cur.fetchall()
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [scope_row(r[1:]) for r in rows]
-            if len(rows) < batch_rows:
-                return
+    # -- the journal ----------------------------------------------------------------------
+
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        return await self._journal.forget_channel(channel_id, now)
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        return await self._journal.forget_user(user_id, keep, now)
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        return await self._journal.forget_server_channel(server_id, channel_id, persona_id, now)
+
+    async def janitor(self, *, untouched_since: float) -> int:
+        return await self._journal.janitor(untouched_since)
+
+    def journal_moved(self) -> bool:
+        """True when NOTIFY announced a change since the last call, or when the ``LISTEN``
+        connection has not proved itself alive within ``listen_timeout_s`` (see
+        :class:`journal.JournalListener`). No query: while the listener is alive, a flag."""
+        return self._listener.moved()
+
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[JournalEntry]:
+        return await self._journal.since(seq, limit, forgets_only)
+
+    async def journal_head(self) -> int:
+        return await self._journal.head()
+
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        return await self._journal.rewound(past, now)
+
+    async def fence_upgrade(
+        self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str], now: float
+    ) -> int | None:
+        return await self._journal.fence_upgrade(scopes, since, targets, now)
+
+    # -- settings -------------------------------------------------------------------------
+
+    async def save_server_settings(
+        self, server_id: str, settings: ServerSettings, *, now: float
+    ) -> int:
+        return await self._settings.save_server(server_id, settings, now)
+
+    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
+        return await self._settings.servers_since(since)
+
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        return await self._settings.save_user(user_id, settings, now)
+
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
+        return await self._settings.users_since(since)
 
 
 def _pooler(options: dict[str, str], url: str) -> Literal["transaction"] | None:

@@ -1,4 +1,5 @@
-"""Server and user settings in SQLite, run inside the store's guard (and transaction)."""
+"""Server and user settings in SQLite: their statements (run inside the caller's guard and
+transaction) and the store's settings part, which saves them journaled and reads them."""
 
 from __future__ import annotations
 
@@ -6,12 +7,47 @@ import json
 import sqlite3
 
 from ...model import ServerSettings, UserSettings
-from ...model.fence import private_target
+from ..settings_fence import server_settings_targets, user_settings_targets
 from ..sql_common import SERVER_READ_COLS, server_settings, server_settings_values, user_settings
+from . import journal
+from .connection import Connection, Guard
 from .sql import SERVER_UPSERT
 from .values import as_is
 
-__all__ = ["read_servers", "read_users", "write_server", "write_user"]
+__all__ = ["Settings", "read_servers", "read_users", "write_server", "write_user"]
+
+
+class Settings:
+    """The settings operations of :class:`~shortterm.store.sqlite.SQLiteStore`: a save
+    is journaled in the same transaction."""
+
+    def __init__(self, connection: Connection, guard: Guard) -> None:
+        self._db = connection.db
+        self._tx = connection.tx
+        self._guard = guard
+
+    def save_server(self, server_id: str, settings: ServerSettings, now: float) -> int:
+        def run() -> int:
+            with self._tx() as db:
+                targets = write_server(db, server_id, settings, now)
+                return journal.append(db, "server_settings", [server_id], targets, now)
+
+        return self._guard("server settings write", run)
+
+    def servers_since(self, since: float) -> dict[str, ServerSettings]:
+        return self._guard("server settings read", lambda: read_servers(self._db, since))
+
+    def save_user(self, user_id: str, settings: UserSettings, now: float) -> int:
+        def run() -> int:
+            with self._tx() as db:
+                write_user(db, user_id, settings, now)
+                targets = user_settings_targets(user_id, settings)
+                return journal.append(db, "user_settings", [], targets, now)
+
+        return self._guard("user settings write", run)
+
+    def users_since(self, since: float) -> dict[str, UserSettings]:
+        return self._guard("user settings read", lambda: read_users(self._db, since))
 
 
 def write_server(
@@ -35,7 +71,7 @@ def write_server(
         "INSERT INTO server_categories VALUES (?, ?, ?, ?)",
         [(server_id, i, c.label, c.description) for i, c in enumerate(s.categories)],
     )
-    return [private_target(server_id, c) for c in sorted(s.private_channel_ids - was_private)]
+    return server_settings_targets(server_id, s, was_private)
 
 
 def read_servers(db: sqlite3.Connection, since: float) -> dict[str, ServerSettings]:

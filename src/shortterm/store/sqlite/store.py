@@ -1,81 +1,57 @@
-"""The SQLite store: the Store protocol's operations on one connection, on the loop thread.
+"""The SQLite store: the Store protocol, by calling the parts that do the work.
 
-This module holds the scope rows' operations (captures, distilled writes, loads, exports,
-hydration); the connection, transactions and schema are in :mod:`.connection`, the journaled
-operations (forgets, settings, journal reads) in :mod:`.journaling`. The statement text lives
-in :mod:`.sql`, rows and parameters in :mod:`.values`, the journal and fence in
-:mod:`.journal`, settings rows in :mod:`.settings`, URLs in :mod:`.url`.
+Each part has one job: :mod:`.connection` opens the file and guards and transacts every
+operation, :mod:`.commits` tells whether another connection committed, :mod:`.journaling`
+writes and reads the forget journal, :mod:`.settings` keeps the settings and :mod:`.scopes`
+the scope rows; :mod:`.schema` migrates. The parts' operations are plain calls (every
+statement runs on the loop thread): each coroutine here is the operation's only one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 
-from ...model import fence as fencing
 from ...model.errors import ConfigError
+from ...model.fence import JournalEntry, WriteFence
 from ...model.keys import ScopeKey, ScopeKind
-from ...model.rows import (
-    DistilledWrite,
-    HydrationRow,
-    ScopeMeta,
-    ScopeRow,
-    ServerSummary,
-    merge_categories,
-)
-from ..base import BufferedTouch, TouchedBatch
-from ..sql_common import SCOPE_COLS, key_args, server_summaries
-from . import journal, sql
+from ...model.rows import DistilledWrite, HydrationRow, ScopeRow, ServerSummary
+from ...model.settings import ServerSettings, UserSettings
+from ..base import BufferedTouch, Forgotten, TouchedBatch, TouchScopes, WriteScopes
+from . import schema
+from .commits import CommitWatch
+from .connection import Connection, Guard
 from .journaling import Journaling
+from .scopes import Scopes
+from .settings import Settings
 from .url import parse_url
-from .values import (
-    HYDRATION_SELECT,
-    TARGET_NAMES,
-    hydration_rows,
-    hydration_scope_rows,
-    padded_targets,
-    put_row_params,
-    scope_params,
-    scope_row,
-)
 
 __all__ = ["SQLiteStore"]
 
-_REVISION = SCOPE_COLS.split(", ").index("revision")
 
-
-def _touch_row(key: ScopeKey, m: ScopeMeta, steps: int, now: float) -> tuple[Any, ...]:
-    """The parameters of one :data:`sql.TOUCH_ROW`: the scope, its metadata, its counter step."""
-    return (
-        key.kind,
-        key.owner_id,
-        key.channel_id,
-        key.persona_id,
-        m.server_id,
-        m.server_name,
-        m.channel_name,
-        m.parent_channel_id,
-        int(m.private),
-        m.persona_lineage_id,
-        steps,
-        now,
-        now,
-    )
-
-
-def _args(touches: Sequence[BufferedTouch]) -> list[Any]:
-    """The parameters of :data:`sql.TOUCH` rows, each with its own counter step."""
-    args: list[Any] = []
-    for t in touches:
-        args += _touch_row(t.key, t.meta, t.steps, t.now)
-    return args
-
-
-class SQLiteStore(Journaling):
+class SQLiteStore:
     """A durable store in one SQLite file. Use :meth:`from_url` or pass a path."""
+
+    journal_moved: Callable[[], bool]
+    """Whether another connection committed since the last call (:meth:`CommitWatch.moved`):
+    only then can the journal hold entries we have not read."""
+
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5000
+    ) -> None:
+        self._connection = connection = Connection(
+            path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+        )
+        # The guard the parts run their operations under: the connection's own, unless a
+        # subclass wraps _guard (tests inject failures so).
+        guard: Guard = self._guard
+        self._commits = CommitWatch(connection, guard)
+        self._journal = Journaling(connection, guard)
+        self._settings = Settings(connection, guard)
+        self._scopes = Scopes(connection, guard, self._commits)
+        # Asked before every read and write: the watch's own method, with no call in between.
+        self.journal_moved = self._commits.moved
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -89,255 +65,167 @@ class SQLiteStore(Journaling):
             busy_timeout_ms=int(options.get("busy_timeout_ms", "5000")),
         )
 
+    @property
+    def path(self) -> str:
+        return self._connection.path
+
+    @property
+    def foreign_epoch(self) -> int:
+        """How many times this store has seen that another connection committed (it only
+        grows): while it stays the same, nothing but this process changed what is stored."""
+        return self._commits.foreign_epoch
+
+    @property
+    def unscrubbed_forgets(self) -> int:
+        """Forgets whose WAL could not be truncated at once (a reader held it)."""
+        return self._journal.unscrubbed_forgets
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._connection.db
+
+    @property
+    def _guard(self) -> Guard:
+        return self._connection.guard
+
+    # -- schema and upkeep ----------------------------------------------------------------
+
+    async def migrate(self) -> list[str]:
+        return self._guard("migration", lambda: schema.migrate(self._connection))
+
+    def schema_version(self) -> int:
+        return self._guard("schema query", lambda: schema.version(self._connection))
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the main file and truncate it (tests and backups)."""
+        self._connection.checkpoint()
+
+    def integrity_check(self) -> str:
+        return self._connection.integrity_check()
+
+    async def close(self) -> None:
+        if not self._connection.closed:
+            self._connection.close()
+            self._commits.close()  # after: closing its descriptor drops the process's locks
+
     # -- scopes ---------------------------------------------------------------------------
 
     async def touch(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta]],
+        scopes: TouchScopes,
         *,
         increment: ScopeKey | None,
         now: float,
-        fence: fencing.WriteFence | None = None,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        live = increment.astuple if increment is not None else None
-        args: list[Any] = []
-        for key, m in scopes:
-            args += _touch_row(key, m, int(key.astuple == live), now)
-            if fence is not None:
-                args += padded_targets(key, m, fence.triggerer)
-        n = len(scopes)
-        if fence is None:
-            statement = sql.TOUCH_BY_ROWS.get(n) or sql.TOUCH.format(
-                rows=", ".join([sql.TOUCH_ROW] * n)
-            )
-        else:
-            statement = sql.FENCED_TOUCH_BY_ROWS.get(n) or sql.FENCED_TOUCH.format(
-                rows=", ".join([sql.FENCED_ROW] * n)
-            )
-            args += (fence.position, fence.position)
-
-        def upsert(db: sqlite3.Connection) -> list[ScopeRow]:
-            rows = {r.key.astuple: r for r in map(scope_row, db.execute(statement, args))}
-            return [rows[k.astuple] for k, _ in scopes if k.astuple in rows]
-
-        def run() -> list[ScopeRow]:
-            if fence is None or not fence.extra_targets:
-                return upsert(self._db)
-            # Targets beyond the statement's fixed width: checked in the same transaction.
-            with self._tx() as db:
-                return [] if journal.extra_fenced(db, fence) else upsert(db)
-
-        if not scopes:
-            return []
-        return self._guard("capture upsert", run)
+        return self._scopes.touch(scopes, increment, now, fence)
 
     async def touch_batch(self, touches: Sequence[BufferedTouch]) -> TouchedBatch:
-        """A write-behind's flush: every buffered touch in one transaction (one commit, one
-        WAL append). The rows come back (in no promised order) only when another connection
-        committed since our previous batch (otherwise they hold nothing the caller does not
-        know, and building and mirroring them was two thirds of a flush's cost), and a cold
-        touch's row when it existed before."""
-        if not touches:
-            return TouchedBatch(0, [])
-
-        def run() -> TouchedBatch:
-            with self._tx() as db:
-                return self._touch_in(db, touches)
-
-        return self._guard("write-behind flush", run)
-
-    def _touch_in(self, db: sqlite3.Connection, touches: Sequence[BufferedTouch]) -> TouchedBatch:
-        """The buffered touches, inside a write transaction the caller holds."""
-        self._saw_version(db.execute("PRAGMA data_version").fetchone()[0])
-        others = self.foreign_epoch != self._batch_epoch
-        self._batch_epoch = self.foreign_epoch
-        # BEGIN IMMEDIATE holds the write lock: no forget commits until we do, so one read
-        # of the fence's end tells which touches no forget can cover.
-        head = db.execute(sql.FENCE_END).fetchone()[0] or 0
-        kept = [
-            t
-            for t in touches
-            if t.fence.position >= head or not journal.fenced(db, t.key, t.meta, t.fence)
-        ]
-        rows: list[ScopeRow] = []
-        for start in range(0, len(kept), sql.BATCH_TOUCH_ROWS):
-            chunk = kept[start : start + sql.BATCH_TOUCH_ROWS]
-            cold = {t.key.astuple for t in chunk if t.cold}
-            written = db.execute(sql.touch_rows(len(chunk), others or bool(cold)), _args(chunk))
-            if others:
-                rows.extend(map(scope_row, written))
-            elif cold:
-                # Only a row that existed before (its revision grew past a fresh insert's 1)
-                # holds what the hot tier lacks.
-                rows.extend(scope_row(r) for r in written if r[_REVISION] > 1 and r[:4] in cold)
-        return TouchedBatch(len(kept), rows)
+        """A write-behind's flush (see :meth:`Scopes.touch_batch`)."""
+        return self._scopes.touch_batch(touches)
 
     async def write_distilled(
         self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: fencing.WriteFence | None = None,
+        fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        def run() -> list[ScopeRow]:
-            with self._tx() as db:
-                return self._distilled_in(db, scopes, change, reset_counter, now, fence)
-
-        return self._guard("distilled write", run)
+        return self._scopes.write_distilled(scopes, change, reset_counter, now, fence)
 
     async def write_distilled_after(
         self,
         touches: Sequence[BufferedTouch],
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        scopes: WriteScopes,
         change: DistilledWrite,
         *,
         reset_counter: ScopeKey | None,
         now: float,
-        fence: fencing.WriteFence | None = None,
+        fence: WriteFence | None = None,
     ) -> tuple[TouchedBatch, list[ScopeRow]]:
         """:meth:`touch_batch` then :meth:`write_distilled`, in one transaction."""
-
-        def run() -> tuple[TouchedBatch, list[ScopeRow]]:
-            with self._tx() as db:
-                done = self._touch_in(db, touches) if touches else TouchedBatch(0, [])
-                return done, self._distilled_in(db, scopes, change, reset_counter, now, fence)
-
-        return self._guard("distilled write", run)
-
-    def _distilled_in(
-        self,
-        db: sqlite3.Connection,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
-        change: DistilledWrite,
-        reset_counter: ScopeKey | None,
-        now: float,
-        fence: fencing.WriteFence | None,
-    ) -> list[ScopeRow]:
-        """The distilled write inside a write transaction the caller holds: the fence check,
-        every scope's upsert and the journal entries that let other processes pick it up."""
-
-        def params_for(
-            key: ScopeKey, meta: ScopeMeta | None, current: Mapping[str, str]
-        ) -> dict[str, Any]:
-            p = scope_params(key, meta, now)
-            if change.set_summary:
-                p["set_summary"] = 1
-                p["summary"] = change.summary
-                p["summary_at"] = None if change.summary is None else now
-            merged = merge_categories(current, change)
-            if merged is not None:
-                p["categories"] = json.dumps(merged, ensure_ascii=False, sort_keys=True)
-                p["categories_at"] = now if merged else None
-            if reset_counter is not None and key == reset_counter:
-                p["reset"] = 1
-            if fence is not None:
-                p["fence"] = fence.position
-                p.update(zip(TARGET_NAMES, padded_targets(key, meta, fence.triggerer), strict=True))
-            return p
-
-        if fence is not None and journal.extra_fenced(db, fence):
-            return []  # a forget of a target the whole write carries overtook it
-        statement = sql.UPSERT if fence is None else sql.FENCED_UPSERT
-        out = []
-        for key, meta in scopes:
-            current: Mapping[str, str] = {}
-            if change.categories is not None and not change.replace_categories:
-                cur = db.execute(sql.CATEGORIES_OF, key_args(key)).fetchone()
-                current = json.loads(cur[0]) if cur else {}
-            r = db.execute(statement, params_for(key, meta, current)).fetchone()
-            if r is not None:
-                out.append(scope_row(r, key))
-        if fence is not None:
-            for row in out:
-                journal.append_edit(db, row.key, now)
-        return out
+        return self._scopes.write_distilled_after(
+            touches, scopes, change, reset_counter, now, fence
+        )
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
-        def run() -> ScopeRow | None:
-            r = self._db.execute(sql.COMMON.load, key_args(key)).fetchone()
-            return None if r is None else scope_row(r)
-
-        return self._guard("load", run)
+        return self._scopes.load(key)
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
-        return self._guard(
-            "owner load",
-            lambda: [
-                scope_row(r) for r in self._db.execute(sql.COMMON.load_owner, (kind, owner_id))
-            ],
-        )
+        return self._scopes.load_owner(kind, owner_id)
 
     async def load_channel(self, channel_id: str) -> list[ScopeRow]:
-        return self._guard(
-            "channel load",
-            lambda: [
-                scope_row(r) for r in self._db.execute(sql.COMMON.load_channel, (channel_id,))
-            ],
-        )
+        return self._scopes.load_channel(channel_id)
 
     async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]:
-        # Ids are never empty, so "after ''" is "from the start" and the plan stays one range.
-        page = self._fetch("server list", sql.LIST_SERVERS, (after or "", limit))
-        return server_summaries(page)
+        return self._scopes.list_servers(after, limit)
 
-    async def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
-        # Keyset pages by id: each page is one short read, so no read transaction stays open
-        # (and holds back WAL checkpoints) while the caller works on a batch.
-        last = 0
-        while True:
-            page = self._fetch("export read", sql.COMMON.rows_page, (last, batch_rows))
-            if not page:
-                return
-            last = page[-1][0]
-            yield [scope_row(r[1:]) for r in page]
-            if len(page) < batch_rows:
-                return
-            await asyncio.sleep(0)
+    def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        return self._scopes.iter_rows(batch_rows)
 
     async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: fencing.WriteFence | None = None
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
     ) -> list[ScopeRow]:
-        params = [put_row_params(row) for row in rows]
-        now = max((row.updated_at for row in rows), default=0.0)
+        return self._scopes.put_rows(rows, fence)
 
-        def run() -> list[ScopeRow]:
-            with self._tx() as db:
-                out = []
-                for row, p in zip(rows, params, strict=True):
-                    if fence is not None and journal.fenced(db, row.key, row.meta, fence):
-                        continue
-                    out.append(scope_row(db.execute(sql.PUT, p).fetchone(), row.key))
-                if fence is not None:
-                    for written in out:
-                        journal.append_edit(db, written.key, now)
-                return out
+    def iter_distilled(self, *, since: float, batch_rows: int) -> AsyncIterator[list[ScopeRow]]:
+        return self._scopes.iter_distilled(since, batch_rows)
 
-        if not rows:
-            return []
-        return self._guard("row import", run)
-
-    async def iter_distilled(
-        self, *, since: float, batch_rows: int
-    ) -> AsyncIterator[list[ScopeRow]]:
-        metas: dict[tuple[Any, ...], ScopeMeta] = {}
-        async for batch in self.iter_hydration(since=since, batch_rows=batch_rows):
-            yield hydration_scope_rows(batch, metas)
-
-    async def iter_hydration(
-        self, *, since: float, batch_rows: int
-    ) -> AsyncIterator[list[HydrationRow]]:
+    def iter_hydration(self, *, since: float, batch_rows: int) -> AsyncIterator[list[HydrationRow]]:
         """:meth:`iter_distilled` as plain :data:`HydrationRow` tuples (model.rows)."""
-        cursor = self._guard(
-            "hydration query", lambda: self._db.execute(HYDRATION_SELECT, (since, since))
-        )
-        try:
-            while True:
-                rows = self._guard("hydration read", lambda: cursor.fetchmany(batch_rows))
-                if not rows:
-                    return
-                yield hydration_rows(rows)
-                await asyncio.sleep(0)  # let the loop breathe between batches
-        finally:
-            cursor.close()
+        return self._scopes.iter_hydration(since, batch_rows)
+
+    async def private_scope_keys(self) -> list[tuple[str, str, str, str | None]]:
+        return self._scopes.private_scope_keys()
+
+    # -- the journal ----------------------------------------------------------------------
+
+    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+        return self._journal.forget_channel(channel_id, now)
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float
+    ) -> Forgotten:
+        return self._journal.forget_user(user_id, keep, now)
+
+    async def forget_server_channel(
+        self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
+    ) -> Forgotten:
+        return self._journal.forget_server_channel(server_id, channel_id, persona_id, now)
+
+    async def janitor(self, *, untouched_since: float) -> int:
+        return self._journal.janitor(untouched_since)
+
+    async def journal_since(
+        self, seq: int, *, limit: int = 1000, forgets_only: bool = False
+    ) -> list[JournalEntry]:
+        return self._journal.since(seq, limit, forgets_only)
+
+    async def journal_head(self) -> int:
+        return self._journal.head()
+
+    async def journal_rewound(self, past: int, *, now: float) -> int:
+        return self._journal.rewound(past, now)
+
+    async def fence_upgrade(
+        self, scopes: Sequence[ScopeKey], *, since: int, targets: Sequence[str], now: float
+    ) -> int | None:
+        return self._journal.fence_upgrade(scopes, since, targets, now)
+
+    # -- settings -------------------------------------------------------------------------
+
+    async def save_server_settings(
+        self, server_id: str, settings: ServerSettings, *, now: float
+    ) -> int:
+        return self._settings.save_server(server_id, settings, now)
+
+    async def server_settings_since(self, since: float) -> dict[str, ServerSettings]:
+        return self._settings.servers_since(since)
+
+    async def save_user_settings(self, user_id: str, settings: UserSettings, *, now: float) -> int:
+        return self._settings.save_user(user_id, settings, now)
+
+    async def user_settings_since(self, since: float) -> dict[str, UserSettings]:
+        return self._settings.users_since(since)
