@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from shortterm import Message, Privacy, Reply, ServerSettings, UserSettings
 from shortterm.memory import rules
 from shortterm.memory.turn_args import TurnArgs
-from shortterm.model import Entry, ScopeKey
+from shortterm.model import Entry, ScopeKey, ScopeMeta, ScopeRow
 from shortterm.model.config import Config
 from shortterm.tool import texts
 
@@ -257,3 +257,209 @@ def test_recall_shows_no_full_privacy_author_and_no_third_party_in_personal_memo
         assert authors <= {"u1", None}
     elif not hidden:
         assert len(shown) == 3
+
+
+# -- a user's stored choice, and the surfaces' own writes ----------------------------------
+
+
+@given(PRIVACY, st.booleans())
+def test_a_choice_keeps_personal_memory_only_without_privacy_and_full_forgets(
+    level: Privacy, opted_in: bool
+) -> None:
+    choice = UserSettings(level, opted_in)
+    assert rules.keeps_personal(choice) == (level is Privacy.NONE)
+    assert rules.is_forgotten(choice) == (level is Privacy.FULL)
+    assert rules.kept_on_clear(choice) == (choice if level is Privacy.FULL else None)
+    assert rules.kept_on_clear(None) is None
+    server_row = ScopeRow(ScopeKey.server("g1", "c"), ScopeMeta(server_id="g1"))
+    user_row = ScopeRow(ScopeKey.user("u1", "c"), ScopeMeta())
+    assert rules.importable(server_row, choice)  # a server's memory is no one user's
+    assert rules.importable(user_row, choice) == rules.keeps_personal(choice)
+
+
+@given(snapshots())
+def test_recall_reads_the_live_scope_where_the_turn_writes_it(snap: rules.Snapshot) -> None:
+    scopes, live = rules.scopes_written(snap, snap.args.persona_id)
+    if snap.privacy is not Privacy.FULL:  # full privacy writes nothing, but reads a guild's
+        assert rules.reads_live(snap) == (live in scopes)
+    assert rules.personal_memory(snap) == (snap.privacy is Privacy.NONE)
+    args = snap.args
+    private = args.server_id is not None and snap.settings.is_private(
+        args.channel_id, args.parent_channel_id
+    )
+    assert rules.here_private(snap) == private
+    assert rules.scope_meta(rules.meta_parts(snap, None)).private == private
+
+
+@given(
+    snapshots(),
+    IDS,
+    st.sampled_from(["user", "server"]),
+    st.none() | st.sampled_from(["g1", "g2"]),
+    st.booleans(),
+    st.none() | st.sampled_from(["l1", "l2"]),
+    st.builds(
+        ServerSettings,
+        private_channel_ids=st.sets(IDS).map(frozenset),
+        privacy_bypass=st.booleans(),
+    ),
+)
+def test_recall_shows_another_channels_entry_unless_hidden_as_private(
+    snap: rules.Snapshot,
+    channel: str,
+    kind: str,
+    server: str | None,
+    private: bool,
+    lineage: str | None,
+    other: ServerSettings,
+) -> None:
+    args = snap.args
+    if kind == "server":
+        if args.server_id is None:
+            return  # recall reads no server's shared entries in a DM
+        server = args.server_id  # and in a guild, only its own server's
+    owner = server if kind == "server" else args.user_id
+    entry = Entry(
+        key=ScopeKey(kind, owner, channel),  # type: ignore[arg-type]
+        server_id=server,
+        private=private,
+        persona_lineage_id=lineage,
+    )
+
+    def settings_of(server_id: str | None) -> ServerSettings:
+        return snap.settings if server_id == args.server_id else other
+
+    here_private = rules.here_private(snap)
+    shown = rules.recallable(snap, entry, settings_of, here_private=here_private)
+    hidden = rules.hidden_as_private(
+        entry,
+        settings_of(rules.server_of(entry)),
+        here_server=args.server_id,
+        here_private=here_private,
+    )
+    if channel == args.channel_id:
+        assert not shown  # the channel's own memory is the live scope, not a recollection
+    elif args.persona_lineage_id is not None and lineage != args.persona_lineage_id:
+        assert not shown
+    else:
+        assert shown == (not hidden)
+
+
+@given(
+    st.none() | st.sampled_from(["g1"]),
+    st.booleans(),
+    st.integers(0, 3),
+    PRIVACY,
+    IDS,
+    st.builds(
+        ServerSettings,
+        stm_enabled=st.booleans(),
+        refresh_cadence=st.integers(1, 3),
+        private_channel_ids=st.sets(IDS).map(frozenset),
+        privacy_bypass=st.booleans(),
+    ),
+)
+def test_the_distiller_sends_only_what_recall_would_show_where_it_may(
+    server: str | None,
+    private: bool,
+    turns: int,
+    level: Privacy,
+    channel: str,
+    settings: ServerSettings,
+) -> None:
+    key = ScopeKey.server(server, channel) if server else ScopeKey.user("u1", channel)
+    if server is None:
+        private, settings = False, ServerSettings()  # a DM: no private channels, the defaults
+    entry = Entry(key=key, server_id=server, private=private, turns_since_refresh=turns)
+    reason = rules.distill_refusal(entry, settings, UserSettings(level))
+    hidden = rules.hidden_as_private(entry, settings, here_server=None, here_private=False)
+    if not settings.stm_enabled:
+        assert reason == "short-term memory is off on the server"
+    elif turns < settings.refresh_cadence:
+        assert reason == "not due"
+    elif server is None and level is not Privacy.NONE:
+        assert reason == "the user keeps nothing personal"
+    elif hidden:
+        assert reason == "private channel"
+    else:
+        assert reason is None
+    meta = rules.meta_of(entry)
+    assert (meta.server_id, meta.private) == (server, entry.private)
+    assert meta is rules.meta_of(entry)  # interned: every distill of the scope shares it
+
+
+@given(
+    st.sampled_from(["server", "user"]),
+    IDS,
+    st.none() | IDS,
+    st.none() | IDS,
+    st.sampled_from([(), ("g1",), ("a", "b", "c")]),
+)
+def test_an_import_writes_one_scope_recorded_private_as_its_channel_is_now(
+    kind: str,
+    channel: str,
+    parent: str | None,
+    lineage: str | None,
+    private_ids: tuple[str, ...],
+) -> None:
+    key = ScopeKey.server("g1", channel) if kind == "server" else ScopeKey.user("u1", channel)
+    settings = ServerSettings(private_channel_ids=frozenset(private_ids))
+    said = [Message("user", "hi", author_id="u1", at=NOW)]
+    plan = rules.import_plan(
+        key,
+        said,
+        settings if kind == "server" else None,
+        server_name="guild",
+        channel_name="chan",
+        parent_channel_id=parent,
+        lineage=lineage,
+    )
+    assert plan.scopes == [(key, tuple(said))] and plan.increment is None
+    meta = plan.meta
+    assert meta.server_id == (key.owner_id if kind == "server" else None)
+    assert meta.private == (kind == "server" and settings.is_private(channel, parent))
+    assert (meta.parent_channel_id, meta.persona_lineage_id) == (parent, lineage)
+
+
+pop_messages = st.lists(
+    st.builds(
+        Message,
+        role=st.sampled_from(["user", "assistant"]),
+        content=st.sampled_from(["hi", "ok", "a plan"]),
+        author_id=st.none() | st.sampled_from(["u1", "u2"]),
+        at=st.just(NOW),
+    ),
+    max_size=6,
+)
+
+
+@given(snapshots(), pop_messages, pop_messages)
+def test_a_pop_removes_only_the_users_newest_message_and_its_copy(
+    snap: rules.Snapshot, stored: list[Message], personal: list[Message]
+) -> None:
+    args = snap.args
+    live_key = rules.live_scope(snap, args.persona_id)
+    live = Entry(key=live_key, messages=tuple(stored))
+    at = rules.popped_index(live, args.user_id)
+    if at is None:
+        assert live_key.kind == "server" or not stored
+        return
+    popped = stored[at]
+    if live_key.kind == "server":
+        # Theirs: a message they wrote, or the bot's answer to their last message before it.
+        asker = next(m for m in reversed(stored[: at + 1]) if m.role == "user")
+        assert asker.author_id == args.user_id
+    else:
+        assert at == len(stored) - 1  # in their own scope, every message is theirs
+    own_key = ScopeKey._unchecked("user", args.user_id, args.channel_id, args.persona_id)
+    own = None if own_key == live_key else Entry(key=own_key, messages=tuple(personal))
+    plan = rules.pop_plan(snap, live, at, own)
+    assert plan.increment is None
+    assert plan.meta == rules.scope_meta(rules.meta_parts(snap, args.persona_lineage_id))
+    written = dict(plan.scopes)
+    assert written[live_key] == (*stored[:at], *stored[at + 1 :])
+    if own is not None and popped in personal:
+        there = max(i for i, m in enumerate(personal) if m == popped)
+        assert written[own_key] == (*personal[:there], *personal[there + 1 :])
+    else:
+        assert set(written) == {live_key}

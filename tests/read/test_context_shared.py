@@ -78,3 +78,30 @@ async def test_partial_privacy_set_elsewhere_is_respected(
         await there.configure_user("u1", UserSettings(Privacy.PARTIAL, cross_server_opt_in=True))
         clock.advance(CONFIG.settings_refresh_s + 1)
         assert block(await context_of(here, channel="c1"), "other_channels") == ""
+
+
+async def test_the_live_scope_a_context_read_is_what_a_get_returns(
+    scale_urls: tuple[str, str], clock: FakeClock
+) -> None:
+    """``Turn.live_seen`` hands a surface the live entry the context read (the adapters show
+    its messages without a second read): the same entry ``Memory.get`` returns, on both
+    tiers; none before a context, and none where the turn may not read it."""
+    store, cache = scale_urls
+    for hot in ("memory://", cache):
+        async with shortterm.open(store=store, cache=hot, clock=clock, config=CONFIG) as memory:
+            await memory.clear_channel("seen")
+            await say(memory, channel="seen", text="first words")
+            turn = memory.turn(user_id="u1", channel_id="seen", server_id="g1", persona_id="p1")
+            assert turn.live_seen is None
+            await turn.context()
+            assert turn.live_seen is not None
+            [entry] = turn.live_seen
+            assert entry is not None and entry == await memory.get(turn.live_key)
+            assert [m.content for m in entry.messages][-2:] == ["first words", "hi there"]
+            blank = memory.turn(user_id="u1", channel_id="empty", server_id="g1", persona_id="p1")
+            await blank.context()
+            assert blank.live_seen == (None,)
+            await memory.configure_user("u9", UserSettings(privacy=Privacy.PARTIAL))
+            dm = memory.turn(user_id="u9", channel_id="dm9", persona_id="p1")
+            await dm.context()
+            assert dm.live_seen is None  # a DM keeps nothing for a partial-privacy user

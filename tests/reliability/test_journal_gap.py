@@ -26,6 +26,7 @@ import pytest
 
 import shortterm
 from shortterm import ScopeKey
+from shortterm.memory.rules import DistilledPlan
 from shortterm.model import DistilledWrite
 from shortterm.model.fence import WriteFence
 from tests.support import drop_postgres_schema, service_url, with_query
@@ -83,7 +84,7 @@ async def test_a_write_that_began_before_a_prune_is_refused(store_url: str) -> N
             await admin.clear_channel("c1")  # ...a forget overtakes it, and is pruned at once
             await admin.janitor(retention_days=0)
         change = DistilledWrite(summary="from before the forget", set_summary=True)
-        rows = await writer.write_distilled([(key, None)], change, reset_counter=None, fence=fence)
+        rows = await writer.write(DistilledPlan([(key, None)], change, None), fence=fence)
         assert rows == []
         assert await writer.find_rows(channel_id="c1") == []
 

@@ -122,10 +122,11 @@ def privacy(
     \b
     Example: shortterm privacy 111 full --yes
     """
+    from ..memory import rules
     from ..model import Privacy, UserSettings
 
     chosen = Privacy(level)
-    if chosen is Privacy.FULL:
+    if rules.is_forgotten(UserSettings(chosen)):
         confirm(f"Forget user {user_id} and never remember them again?", yes)
 
     async def go() -> UserSettings:
@@ -137,7 +138,7 @@ def privacy(
             return settings
 
     done = run(go())
-    if done.privacy is Privacy.FULL:
+    if rules.is_forgotten(done):
         # Nothing of them is remembered, so nothing is recalled anywhere: the stored opt-in
         # is kept for a later level, but "recall on" would be false now.
         click.echo(

@@ -148,7 +148,8 @@ class ShortTermChatHistory(BaseChatMessageHistory):
             parts.append(context.nudge.text)
         if parts:
             out.append(SystemMessage(content="\n\n".join(parts)))
-        entry = await self.memory.get(turn.live_key)
+        seen = turn.live_seen  # read by the context just built: no second read of the tier
+        entry = seen[0] if seen is not None else await self.memory.get(turn.live_key)
         if entry is not None:
             out.extend(self._as_langchain(m) for m in entry.messages)
         out.extend(self._pending)

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..memory.rules import CapturePlan
+from ..memory import rules
 from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput
@@ -137,8 +137,14 @@ class ShortTermSession:
                 dialogue = dialogue[-limit:] if limit > 0 else []
             items = [self._as_item(m) for m in dialogue]
             nudge = ctx.nudge if self._tool_offered else None
-            if not ctx.items and nudge is None:
-                return items
+            if nudge is None:
+                # Memory leads. This is what inject() gives at depth -1: the dialogue is our
+                # own fresh user / assistant dicts (no operator message to pass, nothing its
+                # checks or copies would change), so the top is index 0.
+                memory: list[TResponseInputItem] = [
+                    {"role": item.role, "content": item.text} for item in ctx.items
+                ]
+                return memory + items
             # Memory leads (-1: anchored at the top, after the agent's instructions).
             placed = Context(list(ctx.items), nudge, -1, ctx.nudge_depth)
             return inject(items, placed, format="openai-responses")  # type: ignore[return-value]
@@ -239,7 +245,8 @@ class ShortTermSession:
         return {"role": message.role, "content": content}
 
     async def _stored(self, turn: Turn) -> list[Message]:
-        entry = await self.memory.get(turn.live_key)
+        seen = turn.live_seen  # read by the context just built: no second read of the tier
+        entry = seen[0] if seen is not None else await self.memory.get(turn.live_key)
         return list(entry.messages) if entry is not None else []
 
     async def _capture(self) -> None:
@@ -259,39 +266,13 @@ class ShortTermSession:
             entry = await self.memory.get(live)
             if entry is None:
                 return None
-            stored = entry.messages
-            at = _newest_of(stored, self._args.user_id, everything=live.kind == "user")
+            at = rules.popped_index(entry, self._args.user_id)
             if at is None:
                 return None
-            popped = stored[at]
-            scopes = [(live, (*stored[:at], *stored[at + 1 :]))]
             personal = turn.user_key(turn.persona_id)
-            if personal != live:
-                mine = await self.memory.get(personal)
-                kept = mine.messages if mine is not None else ()
-                there = next((i for i in reversed(range(len(kept))) if kept[i] == popped), None)
-                if there is not None:
-                    scopes.append((personal, (*kept[:there], *kept[there + 1 :])))
-            meta = turn.meta(turn.persona_lineage_id)
-            await self.memory.write(CapturePlan(scopes, meta, None), fence=fence)
-        return self._as_item(popped)
-
-
-def _newest_of(messages: Sequence[Message], user_id: str, *, everything: bool) -> int | None:
-    """The index of ``user_id``'s newest message: one they wrote, or an assistant message
-    answering one they wrote (it follows it, before the next user message). A reply at the
-    head of the list lost its question to the window and is nobody's. ``everything``: the
-    list is the user's own scope (a DM), where every message is theirs."""
-    if everything:
-        return len(messages) - 1 if messages else None
-    owner: str | None = None  # whose turn each message belongs to, oldest first
-    mine = None
-    for i, m in enumerate(messages):
-        if m.role == "user":
-            owner = m.author_id
-        if owner == user_id:
-            mine = i
-    return mine
+            mine = await self.memory.get(personal) if personal != live else None
+            await self.memory.write(rules.pop_plan(turn.snapshot(), entry, at, mine), fence=fence)
+        return self._as_item(entry.messages[at])
 
 
 def _describe(key: ScopeKey) -> str:

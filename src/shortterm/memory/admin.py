@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import EllipsisType
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..model import ScopeKind, ScopeRow, ServerSummary, check_optional_id
 from ..model.errors import InvalidInput
-from ..store.base import Store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -20,6 +19,15 @@ if TYPE_CHECKING:
 __all__ = ["MAX_SERVERS_PAGE", "RowFilters", "export_rows", "find_rows", "servers"]
 
 MAX_SERVERS_PAGE = 1000
+
+
+class Rows(Protocol):
+    """What these queries read: a Store, or the engine's durable tier in front of one."""
+
+    async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]: ...
+    async def load_channel(self, channel_id: str) -> list[ScopeRow]: ...
+    async def list_servers(self, *, after: str | None, limit: int) -> list[ServerSummary]: ...
+    def iter_rows(self, *, batch_rows: int) -> AsyncIterator[list[ScopeRow]]: ...
 
 
 class RowFilters(TypedDict, total=False):
@@ -32,7 +40,7 @@ class RowFilters(TypedDict, total=False):
     persona_id: str | EllipsisType | None
 
 
-async def find_rows(store: Store, **filters: Unpack[RowFilters]) -> list[ScopeRow]:
+async def find_rows(store: Rows, **filters: Unpack[RowFilters]) -> list[ScopeRow]:
     """Durable rows matching every filter given, sorted by key (an admin view: values
     are shown as stored, expired or not; messages live in the hot tier only).
 
@@ -88,7 +96,7 @@ async def find_rows(store: Store, **filters: Unpack[RowFilters]) -> list[ScopeRo
 
 
 async def servers(
-    store: Store, *, after: str | None = None, limit: int = 100
+    store: Rows, *, after: str | None = None, limit: int = 100
 ) -> list[ServerSummary]:
     """The servers that have durable shared (server-scope) rows, by id ascending: the
     first ``limit`` (1-1000) whose id sorts after ``after``. Pass the last id of a full
@@ -105,7 +113,7 @@ async def servers(
     return await store.list_servers(after=after, limit=limit)
 
 
-def export_rows(store: Store, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
+def export_rows(store: Rows, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
     """Stream every durable row in batches of at most ``batch_rows`` (a backup of the
     durable tier; crude messages are never durable, so they are not part of it)."""
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:

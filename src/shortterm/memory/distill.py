@@ -3,7 +3,8 @@
 :func:`distill` walks the scopes the hot tier holds (crude messages live there only), picks
 the live scopes whose cadence counter reached their server's ``refresh_cadence`` (the rule
 ``maintenance_due`` applies to a turn), asks an OpenAI-compatible chat endpoint for their new
-notes and writes them through the tool's own fenced path (``Memory.write_distilled``): the
+notes and writes them through the tool's own fenced path (``Memory.write`` of a
+``rules.DistilledPlan``): the
 fence is taken before the scope is read, and the write carries the user target of every author
 it showed the model (and a DM's owner), so a forget that lands while the model thinks wins.
 
@@ -30,14 +31,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cache.base import ScopeLister
-from ..model import Entry, Message, Privacy, ScopeKey
+from ..model import Entry, Message, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
 from ..model.fence import user_target
 from ..prompt.distill import answer_arguments, distill_messages
 from ..prompt.render import category_labels
 from ..tool.arguments import Refused, kind_of, parse_arguments
 from ..tool.spec import field_names
-from .rules import DistilledPlan, scope_meta
+from . import rules
 
 if TYPE_CHECKING:
     from .facade import Memory
@@ -325,32 +326,6 @@ async def _looks_due(memory: Memory, key: ScopeKey, report: DistillReport) -> bo
     return True
 
 
-def _refusal(memory: Memory, key: ScopeKey, entry: Entry) -> str | None:
-    """Why this scope may not be distilled now, or ``None``."""
-    known = memory.known_settings
-    settings = known.server(entry.server_id)
-    if not settings.stm_enabled:
-        return "short-term memory is off on the server"
-    if entry.turns_since_refresh < settings.refresh_cadence:
-        return "not due"
-    if entry.server_id is None and known.user(key.owner_id).privacy is not Privacy.NONE:
-        return "the user keeps nothing personal"
-    private = entry.private or settings.is_private(key.channel_id, entry.parent_channel_id)
-    if private and not settings.privacy_bypass:
-        return "private channel"
-    return None
-
-
-def shown_messages(memory: Memory, entry: Entry) -> list[Message]:
-    """The scope's messages the read path would show: never a full-privacy author's."""
-    hidden = memory.known_settings.full_privacy_users
-    return [
-        m
-        for m in entry.messages
-        if m.privacy is not Privacy.FULL and not (m.author_id is not None and m.author_id in hidden)
-    ]
-
-
 def shown_authors(key: ScopeKey, messages: list[Message]) -> set[str]:
     """The users whose words a distill of ``key`` shows the model: every author of
     ``messages``, and a user scope's (a DM's) owner."""
@@ -388,17 +363,19 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
     entry = await memory.get(key)
     if entry is None:
         return "gone"
-    reason = _refusal(memory, key, entry)
+    known = memory.known_settings
+    settings = known.server(entry.server_id)
+    reason = rules.distill_refusal(entry, settings, known.user(key.owner_id))
     if reason is not None:
         return reason
-    messages = shown_messages(memory, entry)
+    # What the read path would show of the scope, read as its owner would.
+    messages = rules.shown_messages(entry, key.owner_id, known.full_privacy_users)
     if not messages:
         return "no messages to distill"
     # The write also carries every author it shows the model (and a DM's owner): a purge, a
     # FULL or a PARTIAL of any of them landing while the model thinks refuses it.
     fence = fence.covering(user_target(a) for a in shown_authors(key, messages))
     config = memory.config
-    settings = memory.known_settings.server(entry.server_id)
     slugs = field_names(settings, config.max_categories)
     labels = category_labels(settings) if slugs is not None else None
     request = distill_messages(
@@ -414,17 +391,8 @@ async def _distill_scope(memory: Memory, key: ScopeKey, post: Poster, bot_name: 
         )
     except Refused as exc:
         raise _Unusable(f"the model's answer is not usable: {exc}") from exc
-    meta = scope_meta(
-        (
-            entry.server_id,
-            entry.server_name,
-            entry.channel_name,
-            entry.parent_channel_id,
-            entry.private,
-            entry.persona_lineage_id,
-        )
-    )
-    rows = await memory.write(DistilledPlan([(key, meta)], change, key), fence=fence)
+    plan = rules.DistilledPlan([(key, rules.meta_of(entry))], change, key)
+    rows = await memory.write(plan, fence=fence)
     if not rows:
         return "a forget overtook it"
     memory.health.count("upgrades")

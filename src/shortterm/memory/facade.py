@@ -25,7 +25,6 @@ from ..model import (
     DistilledWrite,
     Entry,
     Message,
-    Privacy,
     ScopeKey,
     ScopeMeta,
     ScopeRow,
@@ -224,7 +223,7 @@ class Memory(ClosedOnExit):
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
         engine = self._engine
-        if settings.privacy is Privacy.FULL:
+        if rules.is_forgotten(settings):
             await engine.forgets.user(user_id, keep=settings)
             return
         await engine.settings.save_user(user_id, settings)
@@ -272,25 +271,16 @@ class Memory(ClosedOnExit):
     async def find_rows(self, **filters: Unpack[admin.RowFilters]) -> list[ScopeRow]:
         """Durable rows matching every filter given (``kind``, ``server_id``, ``channel_id``,
         ``user_id``, ``persona_id``), sorted by key: see :func:`admin.find_rows`."""
-        await self.flush()
-        return await admin.find_rows(self.store, **filters)
+        return await admin.find_rows(self._engine.durable, **filters)
 
     async def servers(self, *, after: str | None = None, limit: int = 100) -> list[ServerSummary]:
         """The servers with durable shared rows, a page at a time: see :func:`admin.servers`."""
-        await self.flush()
-        return await admin.servers(self.store, after=after, limit=limit)
+        return await admin.servers(self._engine.durable, after=after, limit=limit)
 
     def export_rows(self, *, batch_rows: int = 1000) -> AsyncIterator[list[ScopeRow]]:
         """Stream every durable row in batches: see :func:`admin.export_rows`."""
-        rows = admin.export_rows(self.store, batch_rows=batch_rows)  # checks its argument now
-        return self._flushed_first(rows)
-
-    async def _flushed_first(
-        self, rows: AsyncIterator[list[ScopeRow]]
-    ) -> AsyncIterator[list[ScopeRow]]:
-        await self.flush()
-        async for batch in rows:
-            yield batch
+        # Checks its argument now; the buffered captures commit when the stream starts.
+        return admin.export_rows(self._engine.durable, batch_rows=batch_rows)
 
     async def import_rows(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
         """Write whole durable rows (a restore), all of them or none, and mirror them in the
@@ -428,8 +418,7 @@ class Memory(ClosedOnExit):
         days = self.config.janitor_retention_days if retention_days is None else retention_days
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise InvalidInput("retention_days", retention_days, "a non-negative integer")
-        await self.flush()
-        return await self.store.janitor(untouched_since=self.clock() - days * 86400)
+        return await self._engine.durable.janitor(untouched_since=self.clock() - days * 86400)
 
     # -- observability --------------------------------------------------------------------
 

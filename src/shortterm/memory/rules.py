@@ -6,8 +6,10 @@ configuration. Everything a turn decides is decided here, with no I/O and no tie
 
 * which scopes a turn writes (capture and upgrade alike), and which one is live;
 * which history a capture admits, and the plan of the whole capture;
-* whether the tool may be used (and if not, why);
-* what recall may show: which owners' entries, which private entries, which messages.
+* whether the tool may be used (and if not, why), and whether the distiller may distill;
+* what recall may show: which owners' entries, which private entries, which messages;
+* what a user's stored choice means: personal memory kept, or the user forgotten;
+* the plans of the surfaces that write scopes themselves (an import, a pop, the distiller).
 
 The engine carries the plans out; these functions never see it.
 """
@@ -26,6 +28,7 @@ from ..model import (
     Reply,
     ScopeKey,
     ScopeMeta,
+    ScopeRow,
     ServerSettings,
     UserSettings,
 )
@@ -40,12 +43,25 @@ __all__ = [
     "DistilledPlan",
     "Snapshot",
     "admitted",
+    "distill_refusal",
     "effective_privacy",
+    "here_private",
     "hidden_as_private",
+    "import_plan",
+    "importable",
+    "is_forgotten",
+    "keeps_personal",
+    "kept_on_clear",
     "live_scope",
+    "meta_of",
     "origin",
+    "personal_memory",
     "plan_capture",
+    "pop_plan",
+    "popped_index",
+    "reads_live",
     "reads_personal",
+    "recallable",
     "recalled_personal",
     "refusal",
     "scope_meta",
@@ -75,6 +91,36 @@ def effective_privacy(asked: Privacy, stored: UserSettings | None) -> Privacy:
     return max(asked, stored.privacy, key=_PRIVACY_ORDER.index)
 
 
+# -- a user's stored choice -----------------------------------------------------------------
+
+
+def keeps_personal(settings: UserSettings) -> bool:
+    """Whether a user's choice keeps personal (user-scope) memory: only with no privacy."""
+    return settings.privacy is Privacy.NONE
+
+
+def is_forgotten(settings: UserSettings) -> bool:
+    """Whether a user's choice forgets them: full privacy, nothing of them kept or shown."""
+    return settings.privacy is _FULL
+
+
+def kept_on_clear(stored: UserSettings | None) -> UserSettings | None:
+    """What a user's clear keeps of their settings: a full-privacy choice, so it stays
+    honoured; nothing else."""
+    return stored if stored is not None and is_forgotten(stored) else None
+
+
+def importable(row: ScopeRow, owner: UserSettings) -> bool:
+    """Whether a restore may write a durable row: a server's always, a user's only when
+    their choice (``owner``: the settings of the row's owner) keeps personal memory."""
+    return row.key.kind == "server" or keeps_personal(owner)
+
+
+def personal_memory(snap: Snapshot) -> bool:
+    """Whether the turn's user keeps personal memory: only with no (effective) privacy."""
+    return snap.privacy is Privacy.NONE
+
+
 # -- scopes ---------------------------------------------------------------------------------
 
 
@@ -94,7 +140,7 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     args = snap.args
     user = ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
     privacy = snap.privacy
-    scopes = [user] if privacy is Privacy.NONE else []
+    scopes = [user] if personal_memory(snap) else []
     if args.server_id is None:
         return ([] if privacy is _FULL else scopes), user
     server = ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
@@ -103,18 +149,24 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     return scopes, server
 
 
+def here_private(snap: Snapshot) -> bool:
+    """Whether the turn's channel (or its parent) is private by its server's settings now; a
+    DM never is."""
+    args = snap.args
+    return args.server_id is not None and snap.settings.is_private(
+        args.channel_id, args.parent_channel_id
+    )
+
+
 def meta_parts(snap: Snapshot, lineage: str | None) -> tuple[object, ...]:
     """What a written scope records of where it was written (a ``ScopeMeta``'s fields)."""
     args = snap.args
-    private = args.server_id is not None and snap.settings.is_private(
-        args.channel_id, args.parent_channel_id
-    )
     return (
         args.server_id,
         args.server_name,
         args.channel_name,
         args.parent_channel_id,
-        private,
+        here_private(snap),
         lineage,
     )
 
@@ -124,6 +176,20 @@ def scope_meta(parts: tuple[object, ...]) -> ScopeMeta:
     """The one ``ScopeMeta`` of :func:`meta_parts`' value: every turn in a channel shares it
     (a cache, not a rule: the same parts always give an equal value)."""
     return ScopeMeta(*parts)  # type: ignore[arg-type]
+
+
+def meta_of(entry: Entry) -> ScopeMeta:
+    """Where an entry was written, as it records it (private as it was when captured)."""
+    return scope_meta(
+        (
+            entry.server_id,
+            entry.server_name,
+            entry.channel_name,
+            entry.parent_channel_id,
+            entry.private,
+            entry.persona_lineage_id,
+        )
+    )
 
 
 # -- the tool -------------------------------------------------------------------------------
@@ -171,6 +237,24 @@ def refusal(
         return texts.ALREADY
     if in_flight:
         return texts.IN_FLIGHT
+    return None
+
+
+def distill_refusal(entry: Entry, server: ServerSettings, user: UserSettings) -> str | None:
+    """Why the distiller may not distill a live scope now, or ``None``: short-term memory off
+    on its server (``server``: its settings), its counter short of the cadence, a DM whose
+    user (``user``: the scope owner's settings, read in a DM only) keeps nothing personal, a
+    private channel of a server that does not bypass privacy. The distiller shows a model
+    what recall would show in the scope's own channel, and a private channel's memory is
+    shown nowhere else."""
+    if not server.stm_enabled:
+        return "short-term memory is off on the server"
+    if entry.turns_since_refresh < server.refresh_cadence:
+        return "not due"
+    if entry.server_id is None and not keeps_personal(user):
+        return "the user keeps nothing personal"
+    if _private_by(entry, server):
+        return "private channel"
     return None
 
 
@@ -292,6 +376,68 @@ def _personal(
     return dialogue if len(own) == len(dialogue) else tuple(own)
 
 
+# -- the surfaces' own writes ---------------------------------------------------------------
+
+
+def import_plan(
+    key: ScopeKey,
+    messages: Sequence[Message],
+    settings: ServerSettings | None,
+    *,
+    server_name: str | None,
+    channel_name: str | None,
+    parent_channel_id: str | None,
+    lineage: str | None,
+) -> CapturePlan:
+    """An import's write: ``messages`` into the one scope ``key``, recorded as private when
+    its channel (or parent) is private by its server's ``settings`` now (``None``: a DM, never
+    private), with no counter step (an import is no turn)."""
+    server_id = key.owner_id if key.kind == "server" else None
+    private = (
+        server_id is not None
+        and settings is not None
+        and settings.is_private(key.channel_id, parent_channel_id)
+    )
+    meta = scope_meta((server_id, server_name, channel_name, parent_channel_id, private, lineage))
+    return CapturePlan([(key, tuple(messages))], meta, None)
+
+
+def popped_index(live: Entry, user_id: str) -> int | None:
+    """Which message of the live scope a pop by ``user_id`` removes, or ``None``: the newest
+    of theirs. In their own scope (a DM) every message is theirs; in a shared one, those they
+    wrote and the bot's answers to them (an answer follows its question, before the next user
+    message; one at the head of the list lost its question to the window and is nobody's).
+    Another person's messages, and the bot's answers to them, are never theirs to pop."""
+    messages = live.messages
+    if live.key.kind == "user":
+        return len(messages) - 1 if messages else None
+    owner: str | None = None  # whose turn each message belongs to, oldest first
+    mine = None
+    for i, m in enumerate(messages):
+        if m.role == "user":
+            owner = m.author_id
+        if owner == user_id:
+            mine = i
+    return mine
+
+
+def pop_plan(snap: Snapshot, live: Entry, at: int, personal: Entry | None) -> CapturePlan:
+    """A pop's write: the message at ``at`` (:func:`popped_index`) out of the live scope, and
+    its newest copy out of the user's own scope (``personal``: that entry, when it is not the
+    live one) when it holds one; recorded where the turn is, as its capture would be, with no
+    counter step (a pop is no turn)."""
+    stored = live.messages
+    popped = stored[at]
+    scopes = [(live.key, (*stored[:at], *stored[at + 1 :]))]
+    if personal is not None:
+        kept = personal.messages
+        there = next((i for i in reversed(range(len(kept))) if kept[i] == popped), None)
+        if there is not None:
+            scopes.append((personal.key, (*kept[:there], *kept[there + 1 :])))
+    meta = scope_meta(meta_parts(snap, snap.args.persona_lineage_id))
+    return CapturePlan(scopes, meta, None)
+
+
 # -- recall ---------------------------------------------------------------------------------
 
 
@@ -299,9 +445,15 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
     """Whether recall reads the user's own (user-scope) entries at all: never with a privacy
     restriction; in a guild only with the cross-server opt-in (this server's personal memory
     shows through the shared scope)."""
-    if snap.privacy is not Privacy.NONE:
+    if not personal_memory(snap):
         return False
     return opted_in if snap.args.server_id is not None else True
+
+
+def reads_live(snap: Snapshot) -> bool:
+    """Whether recall reads the channel's live scope: a guild's shared one always; a DM's
+    (the user's own) only when they keep personal memory (otherwise nothing is kept there)."""
+    return snap.args.server_id is not None or personal_memory(snap)
 
 
 def recalled_personal(snap: Snapshot, opted_in: bool, entries: list[Entry]) -> list[Entry]:
@@ -331,11 +483,45 @@ def hidden_as_private(
     server_id = server_of(entry)
     if server_id is None:
         return False  # direct messages have no private channels
-    if owner.privacy_bypass:
-        return False
-    if not (entry.private or owner.is_private(entry.key.channel_id, entry.parent_channel_id)):
+    if not _private_by(entry, owner):
         return False
     return not (server_id == here_server and here_private)
+
+
+def _private_by(entry: Entry, owner: ServerSettings) -> bool:
+    """Whether ``owner`` (the entry's own server's settings) keeps an entry private: its
+    channel (or parent) is private now, or was when captured, and privacy is not bypassed."""
+    if owner.privacy_bypass:
+        return False
+    return entry.private or owner.is_private(entry.key.channel_id, entry.parent_channel_id)
+
+
+def recallable(
+    snap: Snapshot,
+    entry: Entry,
+    server: Callable[[str | None], ServerSettings],
+    *,
+    here_private: bool,
+) -> bool:
+    """Whether a turn may see an entry of another channel (never its own channel's: that one
+    is the live scope): one of the turn's persona lineage, if it names one, that
+    :func:`hidden_as_private` does not hide. ``server`` gives a server's settings (each
+    server's own decide for its entries); ``here_private``: :func:`here_private`."""
+    args = snap.args
+    if entry.key.channel_id == args.channel_id:
+        return False
+    lineage = args.persona_lineage_id
+    if lineage is not None and entry.persona_lineage_id != lineage:
+        return False
+    settings = snap.settings
+    # Recall reads only this server's shared entries: one of them can be private only when
+    # it was captured so or the server lists private channels. Most turns skip the check.
+    if not (entry.private or entry.key.kind == "user" or settings.private_channel_ids):
+        return True
+    here = args.server_id
+    server_id = server_of(entry)
+    owner = settings if server_id == here else server(server_id)
+    return not hidden_as_private(entry, owner, here_server=here, here_private=here_private)
 
 
 def shown_messages(entry: Entry, user_id: str, hidden: Set[str]) -> list[Message]:

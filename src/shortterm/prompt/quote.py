@@ -69,6 +69,17 @@ def quote_lines(text: str) -> tuple[str, ...]:
     if _plain(text) and (":" not in text or _ROLE_AT_START.match(text) is None):
         line = text.rstrip()
         return (line,) if line else ()
+    if text.isascii() and text.isprintable():
+        # One printable ASCII line with a "<", "[" or "|" (a mention, a link, a table) or a
+        # leading role word: the full treatment would only defuse markers and that word, so
+        # those alone are applied (no folding, invisible characters or line breaks to handle),
+        # each only when present.
+        line = text.rstrip()
+        if "<|" in line or "|>" in line or _MARKERS.search(line) is not None:
+            line = _defuse_markers(line)
+        if ":" in line:
+            line = _ROLE_AT_START.sub(r'\1"\2"\3', line)
+        return (line,) if line.strip() else ()
     return _quote_lines_slow(text)
 
 

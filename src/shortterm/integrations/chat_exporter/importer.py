@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...cache.inprocess import InProcessCache
+from ...memory import rules
 from ...memory.facade import Memory
-from ...memory.rules import CapturePlan
-from ...model import Message, Privacy, ScopeKey, ScopeMeta, check_id
+from ...model import Message, ScopeKey, ServerSettings, check_id
 from ...model.errors import InvalidInput
 from ...transfer.progress import Progress
 from ...transfer.report import ImportReport
@@ -171,7 +171,7 @@ async def import_export_file(
                             humans.add(author.id)
                         if author.id not in private:
                             settings = await memory.user_settings(author.id)
-                            private[author.id] = settings.privacy is Privacy.FULL
+                            private[author.id] = rules.is_forgotten(settings)
                         if private[author.id]:
                             tally.private += 1
                             continue
@@ -269,11 +269,10 @@ async def _write(
         )
         for p in newest.oldest_first()
     ]
-    private = False
+    settings: ServerSettings | None = None  # a DM has no server's settings
     if where.server_id is not None:
         key = ScopeKey.server(where.server_id, where.channel_id, persona_id)
         settings = await memory.server_settings(where.server_id)
-        private = settings.is_private(where.channel_id, where.parent_channel_id)
     else:
         if where.group_dm:
             raise ExportFormatError(
@@ -286,7 +285,7 @@ async def _write(
         if not humans:
             return report(None, 0, [], "no messages by a person in this DM")
         [user_id] = humans
-        if (await memory.user_settings(user_id)).privacy is not Privacy.NONE:
+        if not rules.keeps_personal(await memory.user_settings(user_id)):
             return report(None, 0, [], "the DM's user keeps no personal memory (privacy)")
         key = ScopeKey.user(user_id, where.channel_id, persona_id)
     if not messages:
@@ -304,17 +303,18 @@ async def _write(
     if dry_run:
         return report(key, len(keep), taken, None)
 
-    meta = ScopeMeta(
-        server_id=where.server_id,
+    plan = rules.import_plan(
+        key,
+        keep,
+        settings,
         server_name=where.server_name,
         channel_name=where.channel_name,
         parent_channel_id=where.parent_channel_id,
-        private=private,
-        persona_lineage_id=lineage,
+        lineage=lineage,
     )
     # The same one write as a turn's capture (the durable row, awaited, then the hot tier's
     # messages), fenced where the merge above began.
-    if not await memory.write(CapturePlan([(key, tuple(keep))], meta, None), fence=fence):
+    if not await memory.write(plan, fence=fence):
         return report(None, 0, [], "the channel was cleared while importing")
     return report(key, len(keep), taken, None)
 

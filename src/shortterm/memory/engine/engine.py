@@ -21,14 +21,13 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, cast
+from typing import Any
 
 from ...cache.base import HotTier
 from ...model import (
     DistilledWrite,
     Entry,
     Message,
-    Privacy,
     Reply,
     ScopeKey,
     ScopeKind,
@@ -38,9 +37,10 @@ from ...model import (
 from ...model.config import Config
 from ...model.errors import StoreUnavailable
 from ...model.fence import WriteFence
-from ...store.base import BatchTouch, Store
+from ...store.base import Store
 from .. import rules
 from ..turn_args import TurnArgs
+from .durable import Durable
 from .follower import JournalFollower
 from .forget import Forgetting, UnsureForgets
 from .health import Health
@@ -69,8 +69,9 @@ class Engine:
         self.clock = clock
         self.known_settings = KnownSettings()
         self.health = Health()
-        # A shared hot tier builds a fresh view per read: nothing it returns is seen again.
-        self.renders = RenderCache(0 if cache.shared else 16384)
+        # Keyed by the entry view itself: the in-process tier keeps one per record, and the
+        # Redis tier hands back the same view while a record's fields are unchanged.
+        self.renders = RenderCache()
         self._last_snapshot: tuple[TurnArgs, int, rules.Snapshot] | None = None
         self.sweeper: asyncio.Task[None] | None = None
         # Scopes whose last durable write may or may not have landed: read through once.
@@ -86,16 +87,19 @@ class Engine:
             unsure_forgets=unsure_forgets,
             settle_forgets=self._settle_forgets,
         )
-        parts = EngineParts(
-            self.tiers, clock, self.health, self.journal, self.known_settings, self.flush
-        )
-        self.settings = SettingsWriter(parts)
-        self.forgets = Forgetting(parts, unsure_forgets)
+        # The durable tier every write and durable read goes through: the store, or the
+        # write-behind in front of it (which commits its buffer inside each of them).
         self.write_behind = (
             WriteBehind(self.tiers, config, self.health, clock, lambda: self.journal.head)
             if WriteBehind.applies(config, self.tiers)
             else None
         )
+        self.durable: Durable = self.write_behind or Durable(self.tiers, self.health)
+        parts = EngineParts(
+            self.tiers, self.durable, clock, self.health, self.journal, self.known_settings
+        )
+        self.settings = SettingsWriter(parts)
+        self.forgets = Forgetting(parts, unsure_forgets)
 
     def operation(self) -> AbstractContextManager[None]:
         """One public call as one hot-tier operation (see ``HotTier.operation``)."""
@@ -109,17 +113,14 @@ class Engine:
         now = self.clock()
         # The position first: whatever is journaled while we load is read again later.
         await self.journal.start()
-        # Read before the hydration: another process committing from here on breaks the
-        # write-behind's proof that the hot tier holds every row it must show.
-        quiet = store.foreign_epoch if isinstance(store, BatchTouch) else None
+        quiet = self.durable.quiet_mark()  # before the hydration: see Durable.hydrated
         known = self.known_settings
         known.put_servers(await store.server_settings_since(0.0))
         known.put_users(await store.user_settings_since(0.0))
         known.checked_at = now
         if hydrate:
             await self._hydrate(now)
-            if self.write_behind is not None and self.tiers.cache.complete and quiet is not None:
-                await self.write_behind.prove_whole(quiet)
+            await self.durable.hydrated(quiet)
         if self.config.sweep_interval_s > 0:
             self.sweeper = asyncio.get_running_loop().create_task(
                 self._sweep_forever(), name="shortterm-sweeper"
@@ -142,8 +143,7 @@ class Engine:
             self.sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.sweeper
-        if self.write_behind is not None:
-            await self.write_behind.close()
+        await self.durable.close()
         await self.tiers.cache.close()
         await self.tiers.store.close()
 
@@ -152,8 +152,7 @@ class Engine:
 
     async def flush(self) -> None:
         """Commit the write-behind's buffered touches now (a no-op without one)."""
-        if self.write_behind is not None:
-            await self.write_behind.flush()
+        await self.durable.flush()
 
     # -- the journal and settings ---------------------------------------------------------
 
@@ -225,9 +224,8 @@ class Engine:
     async def read_through(self, key: ScopeKey, now: float) -> ScopeRow | None:
         """Load one scope's durable row and mirror it in the hot tier, fenced: a forget that
         lands while the row is in flight wins over it."""
-        await self.flush()
         fence = WriteFence(self.journal.head)
-        row = await self.tiers.store.load(key)
+        row = await self.durable.load(key)
         self.health.count("read_through")
         if row is not None:
             await self.tiers.cache.apply_rows([row], now, fence)
@@ -242,9 +240,8 @@ class Engine:
         cache = self.tiers.cache
         entries, complete = await cache.owner_entries(kind, owner_id, now)
         if not complete:
-            await self.flush()
             fence = WriteFence(self.journal.head)
-            rows = await self.tiers.store.load_owner(kind, owner_id)
+            rows = await self.durable.load_owner(kind, owner_id)
             self.health.count("read_through")
             await cache.apply_rows(rows, now, fence)
             await cache.mark_complete(kind, owner_id)
@@ -255,9 +252,8 @@ class Engine:
         """Read through this owner's scopes whose last write had an unknown outcome, so the
         hot tier never disagrees with the durable tier for longer than one call."""
         for kt in [t for t in self._unsure if t[0] == kind and t[1] == owner_id]:
-            await self.flush()
             fence = WriteFence(self.journal.head)
-            row = await self.tiers.store.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
+            row = await self.durable.load(ScopeKey._unchecked(*kt))  # type: ignore[arg-type]
             self._unsure.discard(kt)
             if row is not None:
                 await self.tiers.cache.apply_rows([row], now, fence)
@@ -298,12 +294,16 @@ class Engine:
         if not writes:
             self.health.count("captures_skipped")
             return
+        # Every persona's write carries the same fence: a forget landing during the first
+        # one's write also drops the next ones.
+        durable, health = self.durable, self.health
+        down = self.journal.error if fence.store_down else None
+        limit = self.config.max_messages if append else None
         for plan in writes:
-            # Every persona's write carries the same fence: a forget landing during the first
-            # one's write also drops the next ones.
-            await self.write_capture(
-                plan, fence=fence, now=now, append=self.config.max_messages if append else None
-            )
+            if not await durable.capture(
+                plan, fence=fence, now=now, append=limit, down=down, trusted=not self._unsure
+            ):
+                health.count("fenced_writes")
         self.health.count("captures")
 
     async def write_capture(
@@ -314,91 +314,22 @@ class Engine:
         now: float,
         append: int | None = None,
     ) -> bool:
-        """The one capture write (a plan of rules.py): ensure the scopes' durable rows (and
-        step the counter of ``increment``) in one fenced statement, then replace their
-        messages in the hot tier (with ``append``, add them after the stored ones: see
-        ``HotTier.capture_scopes``), fenced again where they land. A scope a forget overtook
-        is dropped in both tiers. During a durable outage the hot tier is still written
-        (fenced) and the lost counter step is counted. Returns whether every scope was written.
-
-        With a write-behind, a capture whose scopes the hot tier already mirrors writes the
-        hot tier only (stepping the counter there) and buffers its durable part; a cold scope
-        (whose durable row may hold values the hot tier lacks) is written through as above."""
-        scopes, meta, increment = plan
-        wb = self.write_behind
-        if wb is not None:
-            if meta.private:
-                wb.note_private(key for key, _ in scopes)
-            if not fence.store_down and not self._unsure:
-                keys = [key for key, _ in scopes]
-                cold = wb.cold_keys(keys, meta, now)
-                if cold is not None:
-                    return await self._capture_behind(
-                        wb, keys, scopes, meta, increment, fence, now, cold, append
-                    )
-        rows: list[ScopeRow] | None
-        try:
-            if fence.store_down:
-                raise StoreUnavailable(self.journal.error)
-            rows = await self.tiers.store.touch(
-                [(k, meta) for k, _ in scopes], increment=increment, now=now, fence=fence
-            )
-            self.health.ok()
-            if wb is not None:
-                rows = wb.with_pending(rows)  # the hot counter keeps the buffered steps
-        except StoreUnavailable as exc:
-            # Capture serves from the hot tier during an outage; the counter step is lost
-            # and counted, never reported as done.
-            self.health.failed("capture", exc)
-            self.health.count("degraded_captures")
-            rows = None
-        hot: list[tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]]
-        if rows is None:
-            hot = [(key, messages, None) for key, messages in scopes]
-        elif len(rows) == len(scopes):
-            # No scope was fenced, and the rows come back in order (``Store.touch``).
-            hot = [(key, messages, row) for (key, messages), row in zip(scopes, rows, strict=True)]
-        else:
-            # A scope the durable tier's fence refused is not written here either.
-            durable = {r.key.astuple: r for r in rows}
-            hot = [
-                (key, messages, row)
-                for key, messages in scopes
-                if (row := durable.get(key.astuple)) is not None
-            ]
-        applied = len(hot) == len(scopes)
-        if hot and await self.tiers.cache.capture_scopes(
-            hot, meta, now, fence, append=append
-        ) < len(hot):
-            applied = False
+        """The one capture write (a plan of rules.py), through the durable tier in front of
+        the store (see ``Durable.capture``): the durable rows, then the hot tier's messages
+        (with ``append``, added after the stored ones: see ``HotTier.capture_scopes``). A
+        scope a forget overtook is dropped in both tiers. Returns whether every scope was
+        written."""
+        applied = await self.durable.capture(
+            plan,
+            fence=fence,
+            now=now,
+            append=append,
+            down=self.journal.error if fence.store_down else None,
+            trusted=not self._unsure,
+        )
         if not applied:
             self.health.count("fenced_writes")
         return applied
-
-    async def _capture_behind(
-        self,
-        wb: WriteBehind,
-        keys: list[ScopeKey],
-        scopes: Sequence[tuple[ScopeKey, tuple[Message, ...]]],
-        meta: ScopeMeta,
-        increment: ScopeKey | None,
-        fence: WriteFence,
-        now: float,
-        cold: frozenset[KeyTuple],
-        append: int | None,
-    ) -> bool:
-        """The hot half of a capture now, the durable half buffered. Every scope is
-        buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
-        hot = [(key, messages, None) for key, messages in scopes]
-        applied = await self.tiers.cache.capture_scopes(
-            hot, meta, now, fence, step=increment, append=append
-        )
-        if wb.add(keys, meta, increment, fence, now, cold):
-            await wb.flush()  # the turn bound: this capture pays for the batch
-        if applied < len(hot):
-            self.health.count("fenced_writes")
-            return False
-        return True
 
     # -- distilled writes -----------------------------------------------------------------
 
@@ -416,28 +347,14 @@ class Engine:
         ``StoreUnavailable`` with ``maybe_applied``, and the scopes are read through on their
         next use."""
         scopes, change, reset_counter = plan
-        wb = self.write_behind
-        if wb is not None:
-            wb.note_private(k for k, meta in scopes if meta and meta.private)
         now = self.clock()
         if fence.store_down:
-            await self.flush()
+            await self.durable.flush()
             raise StoreUnavailable(self.journal.error)
-        store = self.tiers.store
         try:
-            if wb is None:
-                rows = await store.write_distilled(
-                    scopes, change, reset_counter=reset_counter, now=now, fence=fence
-                )
-            else:
-                # The buffered touches commit in the same transaction, first: their steps
-                # land before a reset, never after it.
-                batch = cast(BatchTouch, store)  # the write-behind's condition
-                rows = await wb.commit_with(
-                    lambda touches: batch.write_distilled_after(
-                        touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
-                    )
-                )
+            rows = await self.durable.write_distilled(
+                scopes, change, reset_counter=reset_counter, now=now, fence=fence
+            )
         except StoreUnavailable as exc:
             if exc.maybe_applied:
                 # It may have landed: the next read of these scopes asks the durable tier
@@ -485,17 +402,10 @@ class Engine:
         """Whole durable rows (checked by the caller), fenced, then mirrored in the hot tier;
         user-scope rows of users who keep no personal memory are left out."""
         await self.refresh_settings()
-        await self.flush()
         fence = WriteFence(self.journal.head)
         known = self.known_settings
-        allowed = [
-            r
-            for r in rows
-            if r.key.kind == "server" or known.user(r.key.owner_id).privacy is Privacy.NONE
-        ]
-        if self.write_behind is not None:
-            self.write_behind.note_private(r.key for r in allowed if r.meta.private)
-        written = await self.tiers.store.put_rows(allowed, fence=fence)
+        allowed = [r for r in rows if rules.importable(r, known.user(r.key.owner_id))]
+        written = await self.durable.put_rows(allowed, fence=fence)
         self.health.count("fenced_writes", len(allowed) - len(written))
         await self.tiers.cache.apply_rows(written, self.clock(), fence)
         return written
@@ -505,9 +415,7 @@ class Engine:
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.tiers.cache.stats())
         out.update(self.health.counts())
-        out["lost_counter_steps"] = 0
-        if self.write_behind is not None:
-            out.update(self.write_behind.stats())
+        out.update(self.durable.stats())
         out["hydration_s"] = round(self.hydration_s, 6)
         out["degraded"] = self.health.degraded
         return out

@@ -14,10 +14,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
-from ...model import Privacy, ScopeKey, UserSettings
+from ...model import ScopeKey, UserSettings
 from ...model.errors import StoreUnavailable
 from ...model.fence import channel_target, server_channel_target, user_target
 from ...store.base import Forgotten
+from ..rules import kept_on_clear as kept_on_clear  # a rule, re-exported for the facade
 from .parts import EngineParts
 
 __all__ = ["Forgetting", "UnsureForget", "UnsureForgets"]
@@ -41,17 +42,16 @@ class UnsureForgets:
 
     def __init__(self) -> None:
         self._forgets: list[UnsureForget] = []
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._forgets)
+        # A plain flag, not a property: every call of this process reads it.
+        self.pending = False
 
     def add(self, forget: UnsureForget) -> None:
         self._forgets.append(forget)
+        self.pending = True
 
     def take(self) -> list[UnsureForget]:
         """Every pending forget, leaving none (one that fails again is added back)."""
-        taken, self._forgets = self._forgets, []
+        taken, self._forgets, self.pending = self._forgets, [], False
         return taken
 
     def listed(self) -> tuple[UnsureForget, ...]:
@@ -75,9 +75,9 @@ class Forgetting:
         """The one forget: durable journal + delete (raises if it failed: nothing was
         acknowledged), then the hot tier — its fence first, so nothing in flight can land
         after the eviction — then the journal up to our entry, then ``after``. Buffered
-        captures flush first; one still in flight is refused by the flush's fence if this
-        forget covers it. A commit whose outcome is unknown is retried (see :meth:`_retry`)."""
-        await self._parts.flush()
+        captures flush first (inside ``durable``: see engine/durable.py); one still in flight
+        is refused by the flush's fence if this forget covers it. A commit whose outcome is
+        unknown is retried (see :meth:`_retry`)."""
         try:
             forgotten = await durable()
         except StoreUnavailable as exc:
@@ -143,17 +143,17 @@ class Forgetting:
     # -- what can be forgotten ------------------------------------------------------------
 
     async def channel(self, channel_id: str) -> int:
-        tiers, clock = self._parts.tiers, self._parts.clock
+        tiers, durable, clock = self._parts.tiers, self._parts.durable, self._parts.clock
         return await self.forget(
             [channel_target(channel_id)],
-            lambda: tiers.store.forget_channel(channel_id, now=clock()),
+            lambda: durable.forget_channel(channel_id, now=clock()),
             lambda: tiers.cache.delete_channel(channel_id),
         )
 
     async def user(self, user_id: str, *, keep: UserSettings | None) -> int:
         """A user's scopes and their messages everywhere; ``keep``: the settings row that
         stays (a full-privacy choice), else none does."""
-        tiers, clock = self._parts.tiers, self._parts.clock
+        tiers, durable, clock = self._parts.tiers, self._parts.durable, self._parts.clock
 
         async def hot() -> int:
             deleted = await tiers.cache.delete_owner("user", user_id)
@@ -169,23 +169,15 @@ class Forgetting:
 
         return await self.forget(
             [user_target(user_id)],
-            lambda: tiers.store.forget_user(user_id, keep=keep, now=clock()),
+            lambda: durable.forget_user(user_id, keep=keep, now=clock()),
             hot,
             after,
         )
 
     async def server_channel(self, server_id: str, channel_id: str, persona_id: str | None) -> int:
-        tiers, clock = self._parts.tiers, self._parts.clock
+        tiers, durable, clock = self._parts.tiers, self._parts.durable, self._parts.clock
         return await self.forget(
             [server_channel_target(server_id, channel_id, persona_id)],
-            lambda: tiers.store.forget_server_channel(
-                server_id, channel_id, persona_id, now=clock()
-            ),
+            lambda: durable.forget_server_channel(server_id, channel_id, persona_id, now=clock()),
             lambda: tiers.cache.delete(ScopeKey.server(server_id, channel_id, persona_id)),
         )
-
-
-def kept_on_clear(stored: UserSettings | None) -> UserSettings | None:
-    """What a user's clear keeps of their settings: a full-privacy choice, so it stays
-    honoured; nothing else."""
-    return stored if stored is not None and stored.privacy is Privacy.FULL else None

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
-from ...model import Privacy, ServerSettings, UserSettings
+from ...model import ServerSettings, UserSettings
+from .. import rules
 
 __all__ = ["KnownSettings"]
 
@@ -65,7 +66,7 @@ class KnownSettings:
         for user_id, settings in changed.items():
             self._users[user_id] = settings
             full = self._full_privacy
-            if settings.privacy is Privacy.FULL:
+            if rules.is_forgotten(settings):
                 if user_id not in full:
                     full.add(user_id)
                     self.full_privacy_version += 1

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from .durable import Durable
 from .follower import JournalFollower
 from .health import Health
 from .known_settings import KnownSettings
@@ -15,12 +16,12 @@ __all__ = ["EngineParts"]
 
 @dataclass(frozen=True, slots=True)
 class EngineParts:
-    """The tiers, the clock, the health, the journal position, the known settings, and the
-    write-behind's flush (committed before every acknowledged write and forget)."""
+    """The tiers, the durable tier as writes go through it (the write-behind commits its
+    buffer inside each), the clock, the health, the journal position, the known settings."""
 
     tiers: Tiers
+    durable: Durable
     clock: Callable[[], float]
     health: Health
     journal: JournalFollower
     known: KnownSettings
-    flush: Callable[[], Awaitable[None]]

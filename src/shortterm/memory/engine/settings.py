@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...model import Privacy, ServerSettings, UserSettings
+from ...model import ServerSettings, UserSettings
 from ...model.errors import StoreUnavailable
 from ...model.fence import private_target, user_target
+from .. import rules
 from .parts import EngineParts
 
 __all__ = ["SettingsWriter"]
@@ -23,9 +24,8 @@ class SettingsWriter:
         """A server's settings (checked by the caller); a channel made private fences the
         writes in flight there."""
         parts = self._parts
-        await parts.flush()
         before = parts.known.server(server_id).private_channel_ids
-        seq = await parts.tiers.store.save_server_settings(server_id, settings, now=parts.clock())
+        seq = await parts.durable.save_server_settings(server_id, settings, now=parts.clock())
         parts.known.put_server(server_id, settings)
         newly = sorted(settings.private_channel_ids - before)
         await self._announce(seq, [private_target(server_id, c) for c in newly])
@@ -34,11 +34,10 @@ class SettingsWriter:
     async def save_user(self, user_id: str, settings: UserSettings) -> None:
         """A user's settings short of full privacy (that one is a forget)."""
         parts = self._parts
-        await parts.flush()
-        seq = await parts.tiers.store.save_user_settings(user_id, settings, now=parts.clock())
+        seq = await parts.durable.save_user_settings(user_id, settings, now=parts.clock())
         parts.known.put_users({user_id: settings})
         # No personal memory from now on: a user-scope write in flight was computed before.
-        narrowed = settings.privacy is not Privacy.NONE
+        narrowed = not rules.keeps_personal(settings)
         await self._announce(seq, [user_target(user_id)] if narrowed else [])
         await parts.journal.caught_up_to(seq)
 

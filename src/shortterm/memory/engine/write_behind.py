@@ -1,5 +1,10 @@
 """The write-behind of a capture's durable part: its scope rows and cadence counter step.
 
+It is the durable tier the engine writes to (a :class:`~.durable.Durable`, in front of the
+store) when one applies: every durable read, acknowledged write and forget through it commits
+the buffer first, or (a distilled write) with itself, so the engine never asks whether there
+is one.
+
 On SQLite every statement runs on the process's one thread, and a capture's upsert was half of
 its cost. With an unshared hot tier that already mirrors a scope, the capture writes the hot
 tier (stepping the counter there) and leaves its durable part here; the buffered touches are
@@ -34,11 +39,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ...cache.base import HoldsScopes
-from ...model import ScopeKey, ScopeMeta, ScopeRow
+from ...model import DistilledWrite, ScopeKey, ScopeMeta, ScopeRow
 from ...model.config import Config
 from ...model.errors import StoreUnavailable
 from ...model.fence import WriteFence
 from ...store.base import BatchTouch, BufferedTouch, TouchedBatch
+from .. import rules
+from .durable import Durable
 from .health import Health
 from .tiers import Tiers
 
@@ -64,9 +71,9 @@ class _Pending:
 _NONE_COLD: frozenset[KeyTuple] = frozenset()
 
 
-class WriteBehind:
-    """The buffer of one engine: touches coalesced per scope and fence targets, flushed
-    one batch at a time."""
+class WriteBehind(Durable):
+    """The durable tier with a buffer: touches coalesced per scope and fence targets,
+    flushed one batch at a time."""
 
     def __init__(
         self,
@@ -76,9 +83,7 @@ class WriteBehind:
         clock: Callable[[], float],
         head: Callable[[], int],  # the journal position flushed rows are mirrored at
     ) -> None:
-        # The shared holder, not the tiers themselves: a wrapper may replace one later.
-        self._tiers = tiers
-        self._health = health
+        super().__init__(tiers, health)
         self._clock = clock
         self._head = head
         self._window_s = config.write_behind_ms / 1000
@@ -110,13 +115,78 @@ class WriteBehind:
             and not tiers.cache.shared
         )
 
-    async def prove_whole(self, epoch: int) -> None:
+    def quiet_mark(self) -> int:
+        """The store's ``foreign_epoch``, read before a hydration: another process committing
+        from here on breaks the proof that the hot tier holds every row it must show."""
+        return cast(BatchTouch, self._tiers.store).foreign_epoch  # checked by ``applies``
+
+    async def hydrated(self, mark: int | None) -> None:
         """After a hydration that left the hot tier complete: cold scopes may be deferred
-        from now on, while the store's ``foreign_epoch`` stays at ``epoch`` (read before the
+        from now on, while the store's ``foreign_epoch`` stays at ``mark`` (read before the
         hydration began, so a commit during it breaks the proof)."""
+        if mark is None or not self._tiers.cache.complete:
+            return
         store = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         self._private = set(await store.private_scope_keys())
-        self._quiet_epoch = epoch
+        self._quiet_epoch = mark
+
+    async def capture(
+        self,
+        plan: rules.CapturePlan,
+        *,
+        fence: WriteFence,
+        now: float,
+        append: int | None,
+        down: str | None,
+        trusted: bool,
+    ) -> bool:
+        """A capture whose scopes the hot tier mirrors (or may be proven to, see
+        :meth:`cold_keys`) writes the hot tier only, stepping the counter there, and its
+        durable part is buffered; any other is written through (:meth:`Durable.capture`).
+        Every scope is buffered, even one the hot tier's fence refused: the flush's fence
+        refuses it too."""
+        scopes, meta, increment = plan
+        if meta.private:
+            self.note_private(key for key, _ in scopes)
+        if down is None and trusted:
+            keys = [key for key, _ in scopes]
+            cold = self.cold_keys(keys, meta, now)
+            if cold is not None:
+                hot = [(key, messages, None) for key, messages in scopes]
+                applied = await self._tiers.cache.capture_scopes(
+                    hot, meta, now, fence, step=increment, append=append
+                )
+                if self.add(keys, meta, increment, fence, now, cold):
+                    await self.flush()  # the turn bound: this capture pays for the batch
+                return applied == len(hot)
+        return await super().capture(
+            plan, fence=fence, now=now, append=append, down=down, trusted=trusted
+        )
+
+    async def write_distilled(
+        self,
+        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
+        change: DistilledWrite,
+        *,
+        reset_counter: ScopeKey | None,
+        now: float,
+        fence: WriteFence | None = None,
+    ) -> list[ScopeRow]:
+        """The buffered touches commit in the distilled write's own transaction, first:
+        their steps land before a reset, never after it."""
+        self.note_private(k for k, meta in scopes if meta and meta.private)
+        batch = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
+        return await self.commit_with(
+            lambda touches: batch.write_distilled_after(
+                touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
+            )
+        )
+
+    async def put_rows(
+        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
+    ) -> list[ScopeRow]:
+        self.note_private(r.key for r in rows if r.meta.private)
+        return await super().put_rows(rows, fence=fence)
 
     def note_private(self, keys: Iterable[ScopeKey]) -> None:
         """Scopes this process is writing a private flag to: from now on their durable row
@@ -192,12 +262,12 @@ class WriteBehind:
                 self.flush(), name="shortterm-write-behind"
             )
 
-    def with_pending(self, rows: Sequence[ScopeRow]) -> list[ScopeRow]:
+    def with_pending(self, rows: list[ScopeRow]) -> list[ScopeRow]:
         """``rows`` as the hot tier should mirror them: the durable counter is the truth,
         plus the steps still buffered here."""
         steps = self._steps
         if not steps:
-            return list(rows)
+            return rows
         return [
             dataclasses.replace(r, turns_since_refresh=r.turns_since_refresh + extra)
             if (extra := steps.get(r.key.astuple))
@@ -288,7 +358,8 @@ class WriteBehind:
             self._health.count("fenced_writes", len(touches) - done.written)
         if done.rows:
             # Another process wrote meanwhile (or a cold scope had a row): mirror it.
-            await self._tiers.cache.apply_rows(self.with_pending(done.rows), self._clock(), fence)
+            rows = self.with_pending(list(done.rows))
+            await self._tiers.cache.apply_rows(rows, self._clock(), fence)
 
     def _steps_taken(self, touches: Sequence[BufferedTouch]) -> None:
         """The touches' steps are no longer pending (committed, or lost)."""

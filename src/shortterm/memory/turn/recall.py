@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
-from ...model import Entry, Privacy, ScopeKey, ScopeKind
+from ...model import Entry, ScopeKey, ScopeKind
 from ...model.errors import CacheUnavailable, InvalidInput, StoreUnavailable
 from ...prompt.context import Context, ContextItem
 from ...prompt.render import (
@@ -152,10 +152,8 @@ class _Recall:
         self.settings = settings
         self.known = known
         self.renders = renders
-        self.lineage = args.persona_lineage_id
-        self.here_private = args.server_id is not None and settings.is_private(
-            args.channel_id, args.parent_channel_id
-        )
+        self.here_private = rules.here_private(snap)
+        self._server = known.server  # bound once: asked per candidate entry
         self.user_name = args.user_name or "the user"
         self._labels: dict[str | None, dict[str, str] | None] = {
             args.server_id: category_labels(settings)
@@ -169,23 +167,9 @@ class _Recall:
 
     def visible(self, e: Entry) -> bool:
         """Whether an entry of another channel is one the turn may see (``False`` for this
-        channel's). Asked lazily, newest first, until the block is full: most of an owner's
-        entries are never asked about."""
-        if e.key.channel_id == self.args.channel_id:
-            return False
-        lineage = self.lineage
-        if lineage is not None and e.persona_lineage_id != lineage:
-            return False
-        # This server's entries need the private check only when something can be private.
-        if e.private or e.key.kind == "user" or self.settings.private_channel_ids:
-            server_id = rules.server_of(e)
-            here = self.args.server_id
-            # Each server's own list decides, so another server's private channels never
-            # leak.
-            owner = self.settings if server_id == here else self.known.server(server_id)
-            if rules.hidden_as_private(e, owner, here_server=here, here_private=self.here_private):
-                return False
-        return True
+        channel's; see ``rules.recallable``). Asked lazily, newest first, until the block is
+        full: most of an owner's entries are never asked about."""
+        return rules.recallable(self.snap, e, self._server, here_private=self.here_private)
 
     def plan(self, entry: Entry) -> Recollection | None:
         """What ``entry`` shows this turn, planned once per view of it and per the inputs
@@ -243,17 +227,14 @@ class _Recall:
         )
 
 
-async def _gather(
-    engine: Engine, args: TurnArgs, reader: _Reader
-) -> tuple[_Recall, bool, list[Entry]]:
-    """The rules for this turn under the settings known now, whether the user keeps personal
-    memory, and the entries of the owners the turn reads, newest first (the ones it may see
-    are picked from them by ``_Recall.visible``)."""
+async def _gather(engine: Engine, args: TurnArgs, reader: _Reader) -> tuple[_Recall, list[Entry]]:
+    """The rules for this turn under the settings known now, and the entries of the owners
+    the turn reads, newest first (the ones it may see are picked from them by
+    ``_Recall.visible``)."""
     snap = engine.snapshot(args)
     known = engine.known_settings
     recall = _Recall(snap, known, engine.renders)
-    personal = snap.privacy is Privacy.NONE
-    opted_in = personal and known.user(args.user_id).cross_server_opt_in
+    opted_in = known.user(args.user_id).cross_server_opt_in  # rules.reads_personal weighs it
     candidates: list[Entry] = []
     if args.server_id is not None:
         candidates = await reader.owner("server", args.server_id)
@@ -262,7 +243,7 @@ async def _gather(
         candidates = candidates + mine
     # Sorting before filtering gives the same order (the sort is stable), and the filter
     # (``_Recall.visible``) then runs only until the block is full.
-    return recall, personal, sorted(candidates, key=_newest, reverse=True)
+    return recall, sorted(candidates, key=_newest, reverse=True)
 
 
 async def build_context(
@@ -272,8 +253,10 @@ async def build_context(
     *,
     max_tokens: int | None = None,
     count_tokens: TokenCounter | None = None,
-) -> Context:
-    """Everything memory contributes to this turn's prompt. See the module docstring."""
+) -> tuple[Context, tuple[Entry | None] | None]:
+    """Everything memory contributes to this turn's prompt (see the module docstring), and
+    what the channel's live scope held as it was read for it (in a 1-tuple; ``None`` when
+    the turn may not read it)."""
     if max_tokens is not None and (
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
     ):
@@ -282,12 +265,12 @@ async def build_context(
         raise InvalidInput("count_tokens", count_tokens, "a callable str -> int, or None")
     reader = _Reader(engine)
     await reader.refresh_settings()
-    recall, personal, candidates = await _gather(engine, args, reader)
+    recall, candidates = await _gather(engine, args, reader)
     if engine.tiers.cache.journal_due(engine.journal.head) and await reader.follow_shared():
         # A shared hot tier's read returned a settings change newer than our position (a
         # privacy choice or a server's settings another process made after our last
         # follow): the journal is followed, and the entries gathered again under it.
-        recall, personal, candidates = await _gather(engine, args, reader)
+        recall, candidates = await _gather(engine, args, reader)
     settings = recall.settings
     recollections: list[Recollection] = []
     limit = engine.config.max_other_channels
@@ -303,7 +286,8 @@ async def build_context(
 
     live_key = rules.live_scope(recall.snap, args.persona_id)
     live: Entry | None = None
-    if personal or live_key.kind == "server":
+    seen: tuple[Entry | None] | None = None
+    if rules.reads_live(recall.snap):
         if engine.tiers.cache.shared:
             # The owner read usually returned it already: a second read of the same record
             # would be another round trip (a private tier's read is a dict lookup instead).
@@ -313,6 +297,7 @@ async def build_context(
             counter = live.turns_since_refresh
         else:
             live, counter = await reader.live(live_key)
+        seen = (live,)
     else:
         counter = await reader.counter(live_key, None)
     labels = recall.labels(args.server_id)
@@ -354,4 +339,4 @@ async def build_context(
         fresh = engine.config.fresh_depth
         depth = fresh if depth < 0 else min(fresh, depth)
     # Depths from checked settings and config, all within the context's bounds.
-    return Context._unchecked(tuple(items), nudge, depth, settings.nudge_depth)
+    return Context._unchecked(tuple(items), nudge, depth, settings.nudge_depth), seen

@@ -15,6 +15,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ...model import (
+    Entry,
     Message,
     Privacy,
     Reply,
@@ -61,6 +62,7 @@ class Turn:
         self._engine = engine
         self.args = args
         self.guard = TurnGuard(args, upgraded=upgraded, shared=shared)
+        self._live_seen: tuple[Entry | None] | None = None
 
     # -- what the turn is about (its arguments) -------------------------------------------
 
@@ -193,9 +195,18 @@ class Turn:
         """
         engine = self._engine
         with engine.operation():
-            return await build_context(
+            ctx, self._live_seen = await build_context(
                 engine, self.args, self.guard, max_tokens=max_tokens, count_tokens=count_tokens
             )
+        return ctx
+
+    @property
+    def live_seen(self) -> tuple[Entry | None] | None:
+        """What the channel's live scope (:attr:`live_key`) held when :meth:`context` last
+        read it, in a 1-tuple (its entry, or ``None`` for nothing live); ``None`` when no
+        context was built, or the turn may not read it. A surface that shows the channel's
+        messages beside the context reads them here instead of asking the tier again."""
+        return self._live_seen
 
     # -- write path 1: passive capture ----------------------------------------------------
 
