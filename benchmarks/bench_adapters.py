@@ -299,7 +299,7 @@ class Tally:
 
     redis_writes: int = 0  # one per command or pipeline sent: a round trip
     redis_commands: int = 0
-    statements: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    statements: dict[tuple[str, int, int, bool], int] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -321,7 +321,8 @@ def counting(tally: Tally) -> Iterator[None]:
 
     async def counted_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         text = query if isinstance(query, str) else str(query)
-        key = (" ".join(text.split())[:40], len(text.encode()), len(params or ()))
+        raw = isinstance(self, psycopg.AsyncRawCursor)  # positional: nothing to convert
+        key = (" ".join(text.split())[:40], len(text.encode()), len(params or ()), raw)
         tally.statements[key] = tally.statements.get(key, 0) + 1
         return await execute(self, query, params, **kw)
 
@@ -366,8 +367,8 @@ async def breakdown(v: Variant, steps: list[Step], turns: int) -> dict[str, Any]
             "redis_round_trips": t.redis_writes / turns,
             "redis_commands": t.redis_commands / turns,
             "statements": [
-                {"sql": sql, "bytes": size, "params": params, "per_turn": n / turns}
-                for (sql, size, params), n in t.statements.items()
+                {"sql": sql, "bytes": size, "params": params, "raw": raw, "per_turn": n / turns}
+                for (sql, size, params, raw), n in t.statements.items()
             ],
         }
     return out
@@ -387,9 +388,14 @@ def report_breakdown(res: dict[str, Any]) -> str:
     for name, r in res.items():
         for st in r["statements"]:
             cached = st["bytes"] <= PSYCOPG_CACHED_BYTES and st["params"] <= 50
+            how = (
+                "positional, nothing to convert"
+                if st.get("raw")
+                else f"psycopg {'caches' if cached else 're-parses'} it"
+            )
             lines.append(
                 f"- {name}: {st['per_turn']:.2f} × `{st['sql']}…` ({st['bytes']} bytes, "
-                f"{st['params']} parameters: psycopg {'caches' if cached else 're-parses'} it)"
+                f"{st['params']} parameters: {how})"
             )
     return "\n".join(lines)
 
