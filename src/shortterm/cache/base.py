@@ -42,7 +42,8 @@ class JournalReader(Protocol):
 
 
 class HotTier(Protocol):
-    """What the memory facade needs from a hot tier.
+    """What the memory facade needs from a hot tier (each tier subclasses it, for the
+    methods it provides in terms of the others).
 
     A delete count is the number of entries removed, live or expired but not yet swept;
     lists of entries come in no promised order."""
@@ -70,7 +71,9 @@ class HotTier(Protocol):
         ignored: a later write already landed. With ``fence``, the capture is dropped when a
         forget recorded after ``fence.position`` covers the scope, and messages of authors
         purged since are dropped from it — checked in the same atomic step as the write.
-        The private flag is sticky. Returns whether the capture was applied."""
+        The private flag is sticky. Returns whether the capture was applied. One scope of
+        :meth:`capture_scopes`: every tier has this one write path."""
+        return await self.capture_scopes([(key, messages, row)], meta, now, fence) == 1
 
     async def capture_scopes(
         self,

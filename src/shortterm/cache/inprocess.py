@@ -23,7 +23,7 @@ from ..model.fence import (
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
-from .base import JournalReader
+from .base import HotTier, JournalReader
 from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
 from .inprocess_records import channel_keys as _channel_keys
 
@@ -32,7 +32,7 @@ __all__ = ["InProcessCache"]
 _NO_DEADLINE = nullcontext()  # reusable: it holds no state
 
 
-class InProcessCache(RecordBook):
+class InProcessCache(RecordBook, HotTier):
     """The hot tier of one process: one dict in LRU order, a TTL heap, dict-of-set indexes."""
 
     def __init__(
@@ -105,17 +105,6 @@ class InProcessCache(RecordBook):
         since (its sticky private flag must be mirrored before this tier serves the entry)."""
         rec = self._entries.get(key.astuple)
         return rec is not None and now < rec.expires_at
-
-    async def capture(
-        self,
-        key: ScopeKey,
-        messages: tuple[Message, ...],
-        meta: ScopeMeta,
-        row: ScopeRow | None,
-        now: float,
-        fence: WriteFence | None = None,
-    ) -> bool:
-        return self._capture((key, messages, row), meta, now, fence, False, None)
 
     async def capture_scopes(
         self,

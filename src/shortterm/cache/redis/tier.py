@@ -63,11 +63,11 @@ from urllib.parse import quote
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from ...model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ...model import Entry, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ...model.config import Config
 from ...model.errors import ConfigError, StoreUnavailable
 from ...model.fence import WriteFence
-from ..base import JournalReader
+from ..base import HotTier, JournalReader
 from . import forget as redis_forget
 from . import repair as redis_repair
 from .client import (
@@ -90,7 +90,7 @@ __all__ = ["RedisCache", "failure_bound_s"]
 log = logging.getLogger("shortterm")
 
 
-class RedisCache:
+class RedisCache(HotTier):
     """A hot tier in Redis, shared by every process that uses the same server and prefix.
 
     Pass a ``redis.asyncio.Redis`` (or ``RedisCluster``) client created with
@@ -258,18 +258,6 @@ class RedisCache:
         return {"entries": entries, "bytes": size, **self._counts}
 
     # -- writes ---------------------------------------------------------------------------
-
-    async def capture(
-        self,
-        key: ScopeKey,
-        messages: tuple[Message, ...],
-        meta: ScopeMeta,
-        row: ScopeRow | None,
-        now: float,
-        fence: WriteFence | None = None,
-    ) -> bool:
-        [outcome] = await self._capture_all([(key, messages, row)], meta, now, fence)
-        return outcome == 1
 
     async def capture_scopes(
         self,

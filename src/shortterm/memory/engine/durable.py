@@ -16,11 +16,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from ...model import (
-    DistilledWrite,
     Message,
     ScopeKey,
     ScopeKind,
-    ScopeMeta,
     ScopeRow,
     ServerSettings,
     ServerSummary,
@@ -84,6 +82,12 @@ class Durable:
         write had an unknown outcome (the write-behind buffers only then). Returns whether
         every scope was written."""
         scopes, meta, increment = plan
+        if meta.private:
+            self.note_private(key for key, _ in scopes)
+        if down is None and trusted:
+            behind = await self._behind(plan, fence, now, append)
+            if behind is not None:
+                return behind
         rows: list[ScopeRow] | None
         try:
             if down is not None:
@@ -119,6 +123,13 @@ class Durable:
             applied = False
         return applied
 
+    async def _behind(
+        self, plan: rules.CapturePlan, fence: WriteFence, now: float, append: int | None
+    ) -> bool | None:
+        """The capture with its durable part buffered, when it may be (whether every scope
+        was written); ``None``: it is written through. Nothing is buffered here."""
+        return None
+
     def with_pending(self, rows: list[ScopeRow]) -> list[ScopeRow]:
         """``rows`` as the hot tier should mirror them (the write-behind adds its buffered
         counter steps)."""
@@ -127,21 +138,20 @@ class Durable:
     # -- acknowledged writes --------------------------------------------------------------
 
     async def write_distilled(
-        self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
-        change: DistilledWrite,
-        *,
-        reset_counter: ScopeKey | None,
-        now: float,
-        fence: WriteFence | None = None,
+        self, plan: rules.DistilledPlan, *, now: float, fence: WriteFence
     ) -> list[ScopeRow]:
+        """The plan's rows in one fenced, journaled transaction (see
+        ``Store.write_distilled``)."""
+        scopes, change, reset = plan
+        self.note_private(k for k, meta in scopes if meta and meta.private)
         return await self._tiers.store.write_distilled(
-            scopes, change, reset_counter=reset_counter, now=now, fence=fence
+            scopes, change, reset_counter=reset, now=now, fence=fence
         )
 
     async def put_rows(
         self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
     ) -> list[ScopeRow]:
+        self.note_private(r.key for r in rows if r.meta.private)
         await self.flush()
         return await self._tiers.store.put_rows(rows, fence=fence)
 

@@ -90,7 +90,7 @@ class Engine:
         # The durable tier every write and durable read goes through: the store, or the
         # write-behind in front of it (which commits its buffer inside each of them).
         self.write_behind = (
-            WriteBehind(self.tiers, config, self.health, clock, lambda: self.journal.head)
+            WriteBehind(self.tiers, config, self.health, clock, self.journal)
             if WriteBehind.applies(config, self.tiers)
             else None
         )
@@ -346,15 +346,13 @@ class Engine:
         between commit and mirror. An unknown outcome (a connection dropped mid-commit) raises
         ``StoreUnavailable`` with ``maybe_applied``, and the scopes are read through on their
         next use."""
-        scopes, change, reset_counter = plan
+        scopes = plan.scopes
         now = self.clock()
         if fence.store_down:
             await self.durable.flush()
             raise StoreUnavailable(self.journal.error)
         try:
-            rows = await self.durable.write_distilled(
-                scopes, change, reset_counter=reset_counter, now=now, fence=fence
-            )
+            rows = await self.durable.write_distilled(plan, now=now, fence=fence)
         except StoreUnavailable as exc:
             if exc.maybe_applied:
                 # It may have landed: the next read of these scopes asks the durable tier

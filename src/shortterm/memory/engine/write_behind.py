@@ -36,10 +36,10 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ...cache.base import HoldsScopes
-from ...model import DistilledWrite, ScopeKey, ScopeMeta, ScopeRow
+from ...model import ScopeKey, ScopeMeta, ScopeRow
 from ...model.config import Config
 from ...model.errors import StoreUnavailable
 from ...model.fence import WriteFence
@@ -48,6 +48,9 @@ from .. import rules
 from .durable import Durable
 from .health import Health
 from .tiers import Tiers
+
+if TYPE_CHECKING:
+    from .follower import JournalFollower
 
 __all__ = ["HoldsScopes", "WriteBehind"]
 
@@ -81,11 +84,11 @@ class WriteBehind(Durable):
         config: Config,
         health: Health,
         clock: Callable[[], float],
-        head: Callable[[], int],  # the journal position flushed rows are mirrored at
+        journal: JournalFollower,  # its position: where flushed rows are mirrored
     ) -> None:
         super().__init__(tiers, health)
         self._clock = clock
-        self._head = head
+        self._journal = journal
         self._window_s = config.write_behind_ms / 1000
         self._max_turns = config.write_behind_turns
         # Keyed by everything a touch's fence depends on (scope, triggerer, server, thread
@@ -130,63 +133,39 @@ class WriteBehind(Durable):
         self._private = set(await store.private_scope_keys())
         self._quiet_epoch = mark
 
-    async def capture(
-        self,
-        plan: rules.CapturePlan,
-        *,
-        fence: WriteFence,
-        now: float,
-        append: int | None,
-        down: str | None,
-        trusted: bool,
-    ) -> bool:
+    async def _behind(
+        self, plan: rules.CapturePlan, fence: WriteFence, now: float, append: int | None
+    ) -> bool | None:
         """A capture whose scopes the hot tier mirrors (or may be proven to, see
         :meth:`cold_keys`) writes the hot tier only, stepping the counter there, and its
-        durable part is buffered; any other is written through (:meth:`Durable.capture`).
-        Every scope is buffered, even one the hot tier's fence refused: the flush's fence
-        refuses it too."""
+        durable part is buffered; any other is written through (``None``). Every scope is
+        buffered, even one the hot tier's fence refused: the flush's fence refuses it too."""
         scopes, meta, increment = plan
-        if meta.private:
-            self.note_private(key for key, _ in scopes)
-        if down is None and trusted:
-            keys = [key for key, _ in scopes]
-            cold = self.cold_keys(keys, meta, now)
-            if cold is not None:
-                hot = [(key, messages, None) for key, messages in scopes]
-                applied = await self._tiers.cache.capture_scopes(
-                    hot, meta, now, fence, step=increment, append=append
-                )
-                if self.add(keys, meta, increment, fence, now, cold):
-                    await self.flush()  # the turn bound: this capture pays for the batch
-                return applied == len(hot)
-        return await super().capture(
-            plan, fence=fence, now=now, append=append, down=down, trusted=trusted
+        keys = [key for key, _ in scopes]
+        cold = self.cold_keys(keys, meta, now)
+        if cold is None:
+            return None
+        hot = [(key, messages, None) for key, messages in scopes]
+        applied = await self._tiers.cache.capture_scopes(
+            hot, meta, now, fence, step=increment, append=append
         )
+        if self.add(keys, meta, increment, fence, now, cold):
+            await self.flush()  # the turn bound: this capture pays for the batch
+        return applied == len(hot)
 
     async def write_distilled(
-        self,
-        scopes: Sequence[tuple[ScopeKey, ScopeMeta | None]],
-        change: DistilledWrite,
-        *,
-        reset_counter: ScopeKey | None,
-        now: float,
-        fence: WriteFence | None = None,
+        self, plan: rules.DistilledPlan, *, now: float, fence: WriteFence
     ) -> list[ScopeRow]:
         """The buffered touches commit in the distilled write's own transaction, first:
         their steps land before a reset, never after it."""
+        scopes, change, reset = plan
         self.note_private(k for k, meta in scopes if meta and meta.private)
         batch = cast(BatchTouch, self._tiers.store)  # checked by ``applies``
         return await self.commit_with(
             lambda touches: batch.write_distilled_after(
-                touches, scopes, change, reset_counter=reset_counter, now=now, fence=fence
+                touches, scopes, change, reset_counter=reset, now=now, fence=fence
             )
         )
-
-    async def put_rows(
-        self, rows: Sequence[ScopeRow], *, fence: WriteFence | None = None
-    ) -> list[ScopeRow]:
-        self.note_private(r.key for r in rows if r.meta.private)
-        return await super().put_rows(rows, fence=fence)
 
     def note_private(self, keys: Iterable[ScopeKey]) -> None:
         """Scopes this process is writing a private flag to: from now on their durable row
@@ -323,7 +302,7 @@ class WriteBehind(Durable):
         touches = [
             BufferedTouch(p.key, p.meta, p.steps, p.fence, p.now, p.cold) for p in batch.values()
         ]
-        return touches, WriteFence(self._head())
+        return touches, WriteFence(self._journal.head)
 
     async def _commit(
         self,
