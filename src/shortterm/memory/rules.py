@@ -140,7 +140,7 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     args = snap.args
     user = ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
     privacy = snap.privacy
-    scopes = [user] if personal_memory(snap) else []
+    scopes = [user] if snap.privacy is Privacy.NONE else []  # personal_memory(), inline
     if args.server_id is None:
         return ([] if privacy is _FULL else scopes), user
     server = ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
@@ -161,14 +161,10 @@ def here_private(snap: Snapshot) -> bool:
 def meta_parts(snap: Snapshot, lineage: str | None) -> tuple[object, ...]:
     """What a written scope records of where it was written (a ``ScopeMeta``'s fields)."""
     args = snap.args
-    return (
-        args.server_id,
-        args.server_name,
-        args.channel_name,
-        args.parent_channel_id,
-        here_private(snap),
-        lineage,
-    )
+    server_id, parent = args.server_id, args.parent_channel_id
+    # here_private(), inline: every capture asks.
+    private = server_id is not None and snap.settings.is_private(args.channel_id, parent)
+    return (server_id, args.server_name, args.channel_name, parent, private, lineage)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -445,7 +441,7 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
     """Whether recall reads the user's own (user-scope) entries at all: never with a privacy
     restriction; in a guild only with the cross-server opt-in (this server's personal memory
     shows through the shared scope)."""
-    if not personal_memory(snap):
+    if snap.privacy is not Privacy.NONE:  # personal_memory(), inline: asked on every read
         return False
     return opted_in if snap.args.server_id is not None else True
 
@@ -453,7 +449,8 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
 def reads_live(snap: Snapshot) -> bool:
     """Whether recall reads the channel's live scope: a guild's shared one always; a DM's
     (the user's own) only when they keep personal memory (otherwise nothing is kept there)."""
-    return snap.args.server_id is not None or personal_memory(snap)
+    # personal_memory(), inline: asked on every read.
+    return snap.args.server_id is not None or snap.privacy is Privacy.NONE
 
 
 def recalled_personal(snap: Snapshot, opted_in: bool, entries: list[Entry]) -> list[Entry]:

@@ -24,6 +24,7 @@ mid-read degrades the context to what the hot tier holds; the failure is counted
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
@@ -152,8 +153,14 @@ class _Recall:
         self.settings = settings
         self.known = known
         self.renders = renders
-        self.here_private = rules.here_private(snap)
-        self._server = known.server  # bound once: asked per candidate entry
+        self.here_private = here = rules.here_private(snap)
+        # Whether an entry of another channel is one the turn may see (``False`` for this
+        # channel's; see ``rules.recallable``). Asked lazily, newest first, until the block
+        # is full: most of an owner's entries are never asked about. Bound once (a partial
+        # adds no frame per candidate entry).
+        self.visible: Callable[[Entry], bool] = functools.partial(
+            rules.recallable, snap, server=known.server, here_private=here
+        )
         self.user_name = args.user_name or "the user"
         self._labels: dict[str | None, dict[str, str] | None] = {
             args.server_id: category_labels(settings)
@@ -164,12 +171,6 @@ class _Recall:
             owner = self.known.server(server_id)
             self._labels[server_id] = category_labels(owner)
         return self._labels[server_id]
-
-    def visible(self, e: Entry) -> bool:
-        """Whether an entry of another channel is one the turn may see (``False`` for this
-        channel's; see ``rules.recallable``). Asked lazily, newest first, until the block is
-        full: most of an owner's entries are never asked about."""
-        return rules.recallable(self.snap, e, self._server, here_private=self.here_private)
 
     def plan(self, entry: Entry) -> Recollection | None:
         """What ``entry`` shows this turn, planned once per view of it and per the inputs
