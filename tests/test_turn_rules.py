@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from shortterm import Message, Privacy, Reply, ServerSettings, UserSettings
 from shortterm.memory import rules
+from shortterm.memory.engine.known_settings import KnownSettings
+from shortterm.memory.engine.renders import RenderCache
+from shortterm.memory.turn.recall import _Recall
 from shortterm.memory.turn_args import TurnArgs
 from shortterm.model import Entry, ScopeKey, ScopeMeta, ScopeRow
 from shortterm.model.config import Config
@@ -329,8 +332,11 @@ def test_recall_shows_another_channels_entry_unless_hidden_as_private(
     def settings_of(server_id: str | None) -> ServerSettings:
         return snap.settings if server_id == args.server_id else other
 
+    known = KnownSettings()
+    for server_id in ("g1", "g2"):
+        known.put_server(server_id, settings_of(server_id))
     here_private = rules.here_private(snap)
-    shown = rules.recallable(snap, entry, settings_of, here_private=here_private)
+    shown = _Recall(snap, known, RenderCache()).visible(entry)
     hidden = rules.hidden_as_private(
         entry,
         settings_of(rules.server_of(entry)),

@@ -61,7 +61,6 @@ __all__ = [
     "popped_index",
     "reads_live",
     "reads_personal",
-    "recallable",
     "recalled_personal",
     "refusal",
     "scope_meta",
@@ -140,7 +139,7 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     args = snap.args
     user = ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
     privacy = snap.privacy
-    scopes = [user] if snap.privacy is Privacy.NONE else []  # personal_memory(), inline
+    scopes = [user] if privacy is Privacy.NONE else []  # personal_memory(), inline
     if args.server_id is None:
         return ([] if privacy is _FULL else scopes), user
     server = ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
@@ -491,34 +490,6 @@ def _private_by(entry: Entry, owner: ServerSettings) -> bool:
     if owner.privacy_bypass:
         return False
     return entry.private or owner.is_private(entry.key.channel_id, entry.parent_channel_id)
-
-
-def recallable(
-    snap: Snapshot,
-    entry: Entry,
-    server: Callable[[str | None], ServerSettings],
-    *,
-    here_private: bool,
-) -> bool:
-    """Whether a turn may see an entry of another channel (never its own channel's: that one
-    is the live scope): one of the turn's persona lineage, if it names one, that
-    :func:`hidden_as_private` does not hide. ``server`` gives a server's settings (each
-    server's own decide for its entries); ``here_private``: :func:`here_private`."""
-    args = snap.args
-    if entry.key.channel_id == args.channel_id:
-        return False
-    lineage = args.persona_lineage_id
-    if lineage is not None and entry.persona_lineage_id != lineage:
-        return False
-    settings = snap.settings
-    # Recall reads only this server's shared entries: one of them can be private only when
-    # it was captured so or the server lists private channels. Most turns skip the check.
-    if not (entry.private or entry.key.kind == "user" or settings.private_channel_ids):
-        return True
-    here = args.server_id
-    server_id = server_of(entry)
-    owner = settings if server_id == here else server(server_id)
-    return not hidden_as_private(entry, owner, here_server=here, here_private=here_private)
 
 
 def shown_messages(entry: Entry, user_id: str, hidden: Set[str]) -> list[Message]:

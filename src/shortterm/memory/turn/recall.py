@@ -24,7 +24,6 @@ mid-read degrades the context to what the hot tier holds; the failure is counted
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
@@ -153,14 +152,8 @@ class _Recall:
         self.settings = settings
         self.known = known
         self.renders = renders
-        self.here_private = here = rules.here_private(snap)
-        # Whether an entry of another channel is one the turn may see (``False`` for this
-        # channel's; see ``rules.recallable``). Asked lazily, newest first, until the block
-        # is full: most of an owner's entries are never asked about. Bound once (a partial
-        # adds no frame per candidate entry).
-        self.visible: Callable[[Entry], bool] = functools.partial(
-            rules.recallable, snap, server=known.server, here_private=here
-        )
+        self.here_private = rules.here_private(snap)
+        self.lineage = args.persona_lineage_id
         self.user_name = args.user_name or "the user"
         self._labels: dict[str | None, dict[str, str] | None] = {
             args.server_id: category_labels(settings)
@@ -171,6 +164,26 @@ class _Recall:
             owner = self.known.server(server_id)
             self._labels[server_id] = category_labels(owner)
         return self._labels[server_id]
+
+    def visible(self, e: Entry) -> bool:
+        """Whether an entry of another channel is one the turn may see (``False`` for this
+        channel's): one of the turn's persona lineage, if it names one, that
+        ``rules.hidden_as_private`` does not hide. Asked lazily, newest first, until the
+        block is full: most of an owner's entries are never asked about."""
+        if e.key.channel_id == self.args.channel_id:
+            return False
+        lineage = self.lineage
+        if lineage is not None and e.persona_lineage_id != lineage:
+            return False
+        # This server's entries need the private check only when something can be private.
+        if e.private or e.key.kind == "user" or self.settings.private_channel_ids:
+            server_id = rules.server_of(e)
+            here = self.args.server_id
+            # Each server's own list decides: another server's private channels never leak.
+            owner = self.settings if server_id == here else self.known.server(server_id)
+            if rules.hidden_as_private(e, owner, here_server=here, here_private=self.here_private):
+                return False
+        return True
 
     def plan(self, entry: Entry) -> Recollection | None:
         """What ``entry`` shows this turn, planned once per view of it and per the inputs
