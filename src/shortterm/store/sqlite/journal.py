@@ -20,9 +20,11 @@ def append(
     subject_user: str | None = None,
 ) -> int:
     """Append one journal entry and its fence rows; returns its sequence number."""
+    # An edit fences nothing: its "[]" is what json.dumps writes, without the encoder.
+    encoded = json.dumps(list(targets)) if targets else "[]"
     cur = db.execute(
         "INSERT INTO journal (kind, subject, subject_user, targets, at) VALUES (?, ?, ?, ?, ?)",
-        (kind, json.dumps(list(subject)), subject_user, json.dumps(list(targets)), now),
+        (kind, json.dumps(list(subject)), subject_user, encoded, now),
     )
     seq = int(cur.lastrowid or 0)
     if targets:  # edits and settings changes fence nothing
