@@ -22,6 +22,7 @@ __all__ = [
     "JOURNAL_RETENTION_S",
     "BatchTouch",
     "BufferedTouch",
+    "Distilled",
     "DistilledWrite",
     "Forgotten",
     "HydrationSource",
@@ -39,6 +40,15 @@ TouchScopes: TypeAlias = Sequence[tuple[ScopeKey, ScopeMeta]]
 
 WriteScopes: TypeAlias = Sequence[tuple[ScopeKey, ScopeMeta | None]]
 """The scopes a distilled write changes; a ``None`` metadata keeps what is stored."""
+
+
+class Distilled(NamedTuple):
+    """A distilled write as a store hands it to its parts: the scopes (a ``None`` meta keeps
+    the stored one), the change, and the scope whose counter resets."""
+
+    scopes: WriteScopes
+    change: DistilledWrite
+    reset: ScopeKey | None
 
 
 class Forgotten(NamedTuple):

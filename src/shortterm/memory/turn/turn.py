@@ -15,7 +15,6 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ...model import (
-    Entry,
     Message,
     Privacy,
     Reply,
@@ -36,6 +35,7 @@ from .guards import SharedGuard, TurnGuard
 from .recall import build_context
 
 if TYPE_CHECKING:
+    from ...model import Entry
     from ..engine.engine import Engine
 
 __all__ = ["Turn"]

@@ -15,8 +15,8 @@ import psycopg
 from ...model import fence as fencing
 from ...model.fence import WriteFence
 from ...model.keys import ScopeKey, ScopeKind
-from ...model.rows import DistilledWrite, HydrationRow, ScopeRow, ServerSummary
-from ..base import TouchScopes, WriteScopes
+from ...model.rows import HydrationRow, ScopeRow, ServerSummary
+from ..base import Distilled, TouchScopes
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import sql
 from .pooled import Pooled
@@ -126,13 +126,9 @@ class Scopes:
         return self._upsert_many("capture upsert", params, fence)
 
     def write_distilled(
-        self,
-        scopes: WriteScopes,
-        change: DistilledWrite,
-        reset: ScopeKey | None,
-        now: float,
-        fence: WriteFence | None,
+        self, write: Distilled, now: float, fence: WriteFence | None
     ) -> Awaitable[list[ScopeRow]]:
+        scopes, change, reset = write
         summary = clean(change.summary)
         patch = None if change.categories is None else jsonb(change.categories)
         params = []

@@ -20,7 +20,7 @@ from ...model.fence import JournalEntry, WriteFence
 from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeRow, ServerSummary
 from ...model.settings import ServerSettings, UserSettings
-from ..base import Forgotten, TouchScopes, WriteScopes
+from ..base import Distilled, Forgotten, TouchScopes, WriteScopes
 from . import schema, sql
 from .connection import Conn, Pool, PoolWatch, check_options, watched_connection
 from .journaling import Journaling
@@ -226,7 +226,8 @@ class PostgresStore:
         now: float,
         fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        return await self._scopes.write_distilled(scopes, change, reset_counter, now, fence)
+        write = Distilled(scopes, change, reset_counter)
+        return await self._scopes.write_distilled(write, now, fence)
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         return await self._scopes.load(key)

@@ -16,14 +16,13 @@ from typing import Any
 from ...model.fence import WriteFence
 from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import (
-    DistilledWrite,
     HydrationRow,
     ScopeMeta,
     ScopeRow,
     ServerSummary,
     merge_categories,
 )
-from ..base import BufferedTouch, TouchedBatch, TouchScopes, WriteScopes
+from ..base import BufferedTouch, Distilled, TouchedBatch, TouchScopes
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import journal, sql
 from .commits import CommitWatch
@@ -159,25 +158,18 @@ class Scopes:
         return TouchedBatch(len(kept), rows)
 
     def write_distilled(
-        self,
-        scopes: WriteScopes,
-        change: DistilledWrite,
-        reset: ScopeKey | None,
-        now: float,
-        fence: WriteFence | None,
+        self, write: Distilled, now: float, fence: WriteFence | None
     ) -> list[ScopeRow]:
         def run() -> list[ScopeRow]:
             with self._tx() as db:
-                return self._distilled_in(db, scopes, change, reset, now, fence)
+                return self._distilled_in(db, write, now, fence)
 
         return self._guard("distilled write", run)
 
     def write_distilled_after(
         self,
         touches: Sequence[BufferedTouch],
-        scopes: WriteScopes,
-        change: DistilledWrite,
-        reset: ScopeKey | None,
+        write: Distilled,
         now: float,
         fence: WriteFence | None,
     ) -> tuple[TouchedBatch, list[ScopeRow]]:
@@ -186,21 +178,16 @@ class Scopes:
         def run() -> tuple[TouchedBatch, list[ScopeRow]]:
             with self._tx() as db:
                 done = self._touch_in(db, touches) if touches else TouchedBatch(0, [])
-                return done, self._distilled_in(db, scopes, change, reset, now, fence)
+                return done, self._distilled_in(db, write, now, fence)
 
         return self._guard("distilled write", run)
 
     def _distilled_in(
-        self,
-        db: sqlite3.Connection,
-        scopes: WriteScopes,
-        change: DistilledWrite,
-        reset: ScopeKey | None,
-        now: float,
-        fence: WriteFence | None,
+        self, db: sqlite3.Connection, write: Distilled, now: float, fence: WriteFence | None
     ) -> list[ScopeRow]:
         """The distilled write inside a write transaction the caller holds: the fence check,
         every scope's upsert and the journal entries that let other processes pick it up."""
+        scopes, change, reset = write
 
         def params_for(
             key: ScopeKey, meta: ScopeMeta | None, current: Mapping[str, str]

@@ -18,7 +18,7 @@ from ...model.fence import JournalEntry, WriteFence
 from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import DistilledWrite, HydrationRow, ScopeRow, ServerSummary
 from ...model.settings import ServerSettings, UserSettings
-from ..base import BufferedTouch, Forgotten, TouchedBatch, TouchScopes, WriteScopes
+from ..base import BufferedTouch, Distilled, Forgotten, TouchedBatch, TouchScopes, WriteScopes
 from . import schema
 from .commits import CommitWatch
 from .connection import Connection, Guard
@@ -133,7 +133,7 @@ class SQLiteStore:
         now: float,
         fence: WriteFence | None = None,
     ) -> list[ScopeRow]:
-        return self._scopes.write_distilled(scopes, change, reset_counter, now, fence)
+        return self._scopes.write_distilled(Distilled(scopes, change, reset_counter), now, fence)
 
     async def write_distilled_after(
         self,
@@ -146,9 +146,8 @@ class SQLiteStore:
         fence: WriteFence | None = None,
     ) -> tuple[TouchedBatch, list[ScopeRow]]:
         """:meth:`touch_batch` then :meth:`write_distilled`, in one transaction."""
-        return self._scopes.write_distilled_after(
-            touches, scopes, change, reset_counter, now, fence
-        )
+        write = Distilled(scopes, change, reset_counter)
+        return self._scopes.write_distilled_after(touches, write, now, fence)
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         return self._scopes.load(key)
