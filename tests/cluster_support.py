@@ -37,10 +37,22 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def _ephemeral_start() -> int:
+    """Where the kernel's range of ports for outgoing connections begins."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def _free_port(taken: list[int]) -> int:
-    """A free port whose cluster bus port (10000 higher, at most 65535) is free too."""
+    """A free port whose cluster bus port (10000 higher) is free too, both below the range
+    the kernel hands outgoing connections: a port picked inside it can be taken by a client
+    connection before the server binds it."""
+    high = _ephemeral_start() - 10001
+    low, high = (10000, high) if high >= 12000 else (20000, 55000)
     while True:
-        port = random.randint(20000, 55000)
+        port = random.randint(low, high)
         if port not in taken and _bindable(port) and _bindable(port + 10000):
             return port
 
