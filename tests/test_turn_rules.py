@@ -285,7 +285,6 @@ def test_recall_reads_the_live_scope_where_the_turn_writes_it(snap: rules.Snapsh
     scopes, live = rules.scopes_written(snap, snap.args.persona_id)
     if snap.privacy is not Privacy.FULL:  # full privacy writes nothing, but reads a guild's
         assert rules.reads_live(snap) == (live in scopes)
-    assert rules.personal_memory(snap) == (snap.privacy is Privacy.NONE)
     args = snap.args
     private = args.server_id is not None and snap.settings.is_private(
         args.channel_id, args.parent_channel_id

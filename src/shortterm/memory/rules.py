@@ -55,7 +55,6 @@ __all__ = [
     "live_scope",
     "meta_of",
     "origin",
-    "personal_memory",
     "plan_capture",
     "pop_plan",
     "popped_index",
@@ -115,11 +114,6 @@ def importable(row: ScopeRow, owner: UserSettings) -> bool:
     return row.key.kind == "server" or keeps_personal(owner)
 
 
-def personal_memory(snap: Snapshot) -> bool:
-    """Whether the turn's user keeps personal memory: only with no (effective) privacy."""
-    return snap.privacy is Privacy.NONE
-
-
 # -- scopes ---------------------------------------------------------------------------------
 
 
@@ -139,7 +133,7 @@ def scopes_written(snap: Snapshot, persona_id: str | None) -> tuple[list[ScopeKe
     args = snap.args
     user = ScopeKey._unchecked("user", args.user_id, args.channel_id, persona_id)
     privacy = snap.privacy
-    scopes = [user] if privacy is Privacy.NONE else []  # personal_memory(), inline
+    scopes = [user] if privacy is Privacy.NONE else []  # personal memory: no privacy only
     if args.server_id is None:
         return ([] if privacy is _FULL else scopes), user
     server = ScopeKey._unchecked("server", args.server_id, args.channel_id, persona_id)
@@ -440,7 +434,7 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
     """Whether recall reads the user's own (user-scope) entries at all: never with a privacy
     restriction; in a guild only with the cross-server opt-in (this server's personal memory
     shows through the shared scope)."""
-    if snap.privacy is not Privacy.NONE:  # personal_memory(), inline: asked on every read
+    if snap.privacy is not Privacy.NONE:  # personal memory is kept with no privacy only
         return False
     return opted_in if snap.args.server_id is not None else True
 
@@ -448,7 +442,6 @@ def reads_personal(snap: Snapshot, opted_in: bool) -> bool:
 def reads_live(snap: Snapshot) -> bool:
     """Whether recall reads the channel's live scope: a guild's shared one always; a DM's
     (the user's own) only when they keep personal memory (otherwise nothing is kept there)."""
-    # personal_memory(), inline: asked on every read.
     return snap.args.server_id is not None or snap.privacy is Privacy.NONE
 
 

@@ -37,6 +37,10 @@ __all__ = ["Durable"]
 class Durable:
     """The store, written through (the write-behind: see write_behind.py)."""
 
+    # Whether a capture may leave its durable part in a buffer (see ``_behind``): a class
+    # fact, so a write-through capture pays no call to learn it cannot.
+    buffers = False
+
     def __init__(self, tiers: Tiers, health: Health) -> None:
         # The shared holder, not the tiers themselves: a wrapper may replace one later.
         self._tiers = tiers
@@ -84,7 +88,7 @@ class Durable:
         scopes, meta, increment = plan
         if meta.private:
             self.note_private(key for key, _ in scopes)
-        if down is None and trusted:
+        if self.buffers and down is None and trusted:
             behind = await self._behind(plan, fence, now, append)
             if behind is not None:
                 return behind

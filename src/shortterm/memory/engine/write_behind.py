@@ -78,6 +78,8 @@ class WriteBehind(Durable):
     """The durable tier with a buffer: touches coalesced per scope and fence targets,
     flushed one batch at a time."""
 
+    buffers = True
+
     def __init__(
         self,
         tiers: Tiers,
