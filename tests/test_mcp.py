@@ -7,8 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 import shortterm
 from shortterm import Category, ScopeKey, ServerSettings
@@ -125,3 +128,31 @@ async def test_a_free_server_gets_the_default_schema_and_is_told_its_fields(
         dm = await session.call_tool(UPDATE, {"user_id": "u1", "summary": "a DM note"})
         assert not dm.is_error, _text(dm)
         assert "a DM note" in _text(await session.call_tool(READ, {"user_id": "u1"}))
+
+
+async def test_a_resource_uri_not_utf8_once_decoded_is_refused(tmp_path: Path) -> None:
+    # Decoding with replacement would read %FF and %FE both as the user "\ufffd": two callers
+    # would share (and could clear) one memory. The sidecar answers 422; MCP refuses the same.
+    store = f"sqlite:///{tmp_path / 'mcp.db'}"
+    async with connected(store, "--channel-id", "c1") as session:
+        for raw, part in (
+            ("user_id=%FF", "user_id"),
+            ("user_id=%FE", "user_id"),
+            ("user_id=u1&server_id=%C0%AF", "server_id"),
+            ("user_id=%E2%82", "user_id"),  # a UTF-8 sequence cut short
+            ("user_id=u%G1", "user_id"),  # not an escape at all
+            ("user_id=u1%", "user_id"),
+            ("%FF=u1", "query"),
+        ):
+            with pytest.raises(MCPError) as refused:
+                await session.read_resource(f"shortterm://context?{raw}")
+            assert refused.value.error.code == INVALID_PARAMS, raw
+            message = refused.value.error.message
+            assert message.startswith(f"{part}="), (raw, message)
+            assert refused.value.error.data["field"] == part
+            assert "percent" in message, (raw, message)
+
+        # Well-formed escapes still decode, UTF-8 included: é is %C3%A9.
+        uri = "shortterm://context?user_id=%C3%A9t%C3%A9&server_id=g%201"
+        contents = (await session.read_resource(uri)).contents
+        assert contents[0].uri == "shortterm://context?user_id=%C3%A9t%C3%A9&server_id=g+1"

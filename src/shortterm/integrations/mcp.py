@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import unquote_to_bytes, urlencode, urlsplit
 
 from ..model import ServerSettings, check_optional_id, check_optional_text
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError, StoreUnavailable
@@ -73,6 +74,35 @@ _READ_DESCRIPTION = (
     "instructions."
 )
 _NOTHING = "Nothing is remembered for this conversation yet."
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _decoded(name: str, raw: str) -> str:
+    """One percent-encoded query component, decoded strictly. A lenient decode would read a
+    stray ``%`` literally and each byte that is not UTF-8 as U+FFFD, so ``%FF`` and ``%FE`` would
+    name the same user and reach each other's memory; the sidecar refuses them (422) as well."""
+    if _BAD_ESCAPE.search(raw):
+        raise InvalidInput(name, raw, "percent-encoding where each % is followed by two hex digits")
+    try:
+        return unquote_to_bytes(raw.replace("+", " ")).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(name, raw, "percent-encoding of UTF-8 text") from None
+
+
+def _query(raw: str) -> dict[str, str]:
+    """A resource URI's query as scope parts (the last of a repeated name wins, an empty value is
+    left out, as ``parse_qs`` does). Raises ``InvalidInput`` naming the parameter whose value (or
+    the ``query``, for a name) is not percent-encoded UTF-8."""
+    query: dict[str, str] = {}
+    for pair in raw.split("&"):
+        if not pair:
+            continue
+        raw_name, _, raw_value = pair.partition("=")
+        name = _decoded("query", raw_name)
+        value = _decoded(name, raw_value)
+        if value:
+            query[name] = value
+    return query
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,14 +302,17 @@ def build_server(memory: Memory, scope: Scope) -> Server[Any]:
         parts = urlsplit(uri)
         if f"{parts.scheme}://{parts.netloc}{parts.path}" != RESOURCE_URI:
             raise MCPError(_RESOURCE_NOT_FOUND, f"unknown resource {uri!r}", {"uri": uri})
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - set(scope.free)
         try:
+            query = _query(parts.query)
+            unknown = set(query) - set(scope.free)
             if unknown:
                 allowed = ", ".join(scope.free) or "none: the scope is fixed"
                 raise InvalidInput("query", sorted(unknown), f"scope parts to fill ({allowed})")
             scope_parts, _ = scope.split(query)
             texts = await _context_text(scope.turn(memory, scope_parts))
+        except InvalidInput as exc:
+            data = {"uri": uri, "field": exc.field}
+            raise MCPError(types.INVALID_PARAMS, str(exc), data) from None
         except ShortTermError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc), {"uri": uri}) from None
         canonical = RESOURCE_URI + (f"?{urlencode(query)}" if query else "")
