@@ -34,7 +34,7 @@ try:  # the extras first: without them, one line saying what to install instead 
 except ModuleNotFoundError as exc:
     print(
         f"No module named {exc.name!r} (the discord and openai extras): "
-        "pip install 'shortterm[discord,openai]'",
+        "pip install -e '.[discord,openai]' in a shortterm checkout",
         file=sys.stderr,
     )
     sys.exit(4)  # as the shortterm command exits on a missing extra

@@ -39,7 +39,7 @@ try:
 except ModuleNotFoundError as exc:
     print(
         f"No module named {exc.name!r} (the langchain extra, and langchain-openai): "
-        "pip install 'shortterm[langchain]' langchain-openai",
+        "pip install -e '.[langchain]' langchain-openai in a shortterm checkout",
         file=sys.stderr,
     )
     sys.exit(4)  # as the shortterm command exits on a missing extra

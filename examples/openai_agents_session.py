@@ -32,7 +32,7 @@ try:  # the extra first: without it, one line saying what to install instead of 
 except ModuleNotFoundError as exc:
     print(
         f"No module named {exc.name!r} (the openai-agents extra): "
-        "pip install 'shortterm[openai-agents]'",
+        "pip install -e '.[openai-agents]' in a shortterm checkout",
         file=sys.stderr,
     )
     sys.exit(4)  # as the shortterm command exits on a missing extra

@@ -51,7 +51,8 @@ try:  # the extra first: without it, one line saying what to install instead of 
     from openai import AsyncOpenAI
 except ModuleNotFoundError as exc:
     print(
-        f"No module named {exc.name!r} (the openai extra): pip install 'shortterm[openai]'",
+        f"No module named {exc.name!r} (the openai extra): "
+        "pip install -e '.[openai]' in a shortterm checkout",
         file=sys.stderr,
     )
     sys.exit(4)  # as the shortterm command exits on a missing extra

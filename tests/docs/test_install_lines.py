@@ -1,6 +1,9 @@
 """Every install line a reader meets works today: shortterm is on no registry yet, so each
 `pip install` / `npm install` of ours names the clone or a file `make dist` builds, with extras
-that exist and the version pyproject.toml gives. tests/test_dist.py installs such a wheel."""
+that exist and the version pyproject.toml gives. tests/test_dist.py installs such a wheel.
+
+The examples count as documents: what their docstrings say and what they print when an extra
+is missing are read as often as the docs."""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ NOT_YET: set[str] = set()  # documents whose install lines are not checked yet
 
 def documents() -> list[Path]:
     docs = sorted((ROOT / "docs").glob("*.md"))
-    return [ROOT / "README.md", *(d for d in docs if d.relative_to(ROOT).as_posix() not in NOT_YET)]
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    shown = [ROOT / "README.md", *docs, *examples]
+    return [d for d in shown if d.relative_to(ROOT).as_posix() not in NOT_YET]
 
 
 def project() -> dict[str, object]:
