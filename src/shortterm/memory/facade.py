@@ -37,6 +37,8 @@ from ..model import (
 from ..model.config import Config
 from ..model.errors import InvalidInput
 from ..model.fence import WriteFence
+from ..model.horizons import HORIZON_AHEAD_S
+from ..model.keys import check_time
 from ..model.text import clean_text, truncate
 from ..store.base import Store
 from ..tool.slug import slugify
@@ -215,16 +217,19 @@ class Memory(ClosedOnExit):
         return self.known_settings.server(server_id)
 
     @one_call
-    async def configure_user(self, user_id: str, settings: UserSettings) -> None:
+    async def configure_user(
+        self, user_id: str, settings: UserSettings, *, at: float | None = None
+    ) -> None:
         """Store a user's choice. ``Privacy.FULL`` is a forget: what was kept of them is
         purged in the same transaction that stores the choice, and it holds in every process
-        on the same memory before this returns here (others follow the journal)."""
+        on the same memory before this returns here (others follow the journal). Their
+        messages written up to ``at`` (see :meth:`clear_channel`) are never captured again."""
         check_id("user_id", user_id)
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
         engine = self._engine
         if rules.is_forgotten(settings):
-            await engine.forgets.user(user_id, keep=settings)
+            await engine.forgets.user(user_id, keep=settings, at=self._horizon("at", at))
             return
         await engine.settings.save_user(user_id, settings)
 
@@ -383,21 +388,43 @@ class Memory(ClosedOnExit):
         on every call)."""
         await self._engine.forgets.settle()
 
-    @one_call
-    async def clear_channel(self, channel_id: str) -> int:
-        """Forget a channel: every user, persona and scope of it, in both tiers."""
-        check_id("channel_id", channel_id)
-        return await self._engine.forgets.channel(channel_id)
+    def _horizon(self, name: str, at: float | None) -> float | None:
+        """A forget's ``at``, checked: epoch seconds, not ahead of the memory's clock by more
+        than the skew a platform's clock may have (a horizon in the future would swallow the
+        channel's next messages)."""
+        if at is None:
+            return None
+        check_time(name, at)
+        ahead = float(at) - self.clock()
+        if ahead > HORIZON_AHEAD_S:
+            raise InvalidInput(
+                name,
+                at,
+                f"the platform's time of the command, not {ahead:.0f} s ahead of this "
+                f"memory's clock (at most {HORIZON_AHEAD_S:.0f} s)",
+            )
+        return float(at)
 
     @one_call
-    async def clear_user(self, user_id: str) -> int:
+    async def clear_channel(self, channel_id: str, *, at: float | None = None) -> int:
+        """Forget a channel: every user, persona and scope of it, in both tiers; and, since
+        the platform keeps its history, every message of it written up to ``at`` is never
+        captured again. ``at``: the platform's time of the command, epoch seconds (a
+        ``/refresh`` interaction's creation time); the memory's clock when ``None``."""
+        check_id("channel_id", channel_id)
+        return await self._engine.forgets.channel(channel_id, at=self._horizon("at", at))
+
+    @one_call
+    async def clear_user(self, user_id: str, *, at: float | None = None) -> int:
         """Forget a user: their user-scope rows and entries, every message they wrote from
-        every other entry (server scopes, other users' scopes), and their settings row —
-        except a FULL privacy choice, which is kept so that it stays honoured. Returns the
-        number of scopes deleted plus entries scrubbed."""
+        every other entry (server scopes, other users' scopes) and the bot's answers to them,
+        and their settings row — except a FULL privacy choice, which is kept so that it stays
+        honoured. Their messages written up to ``at`` (see :meth:`clear_channel`), and the
+        bot's answers to those, are never captured again. Returns the number of scopes
+        deleted plus entries scrubbed."""
         check_id("user_id", user_id)
         keep = kept_on_clear(self.known_settings.stored_user(user_id))
-        return await self._engine.forgets.user(user_id, keep=keep)
+        return await self._engine.forgets.user(user_id, keep=keep, at=self._horizon("at", at))
 
     @one_call
     async def clear_server_channel(

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InvalidInput
+from .horizons import MessageIds
 
 __all__ = ["Config"]
+
+_MESSAGE_IDS = ("discord", "slack")
 
 # (low, high) for every numeric setting; from_env and __post_init__ share it.
 _RANGES: dict[str, tuple[float, float]] = {
@@ -68,6 +71,9 @@ class Config:
     write_behind_ms: int = 50
     write_behind_turns: int = 256
     tool_less_providers: frozenset[str] = field(default_factory=lambda: frozenset({"novelai"}))
+    # The platform whose message ids tell when a message was written ("discord": snowflakes,
+    # "slack": ts), for placing a message with no ``at`` against a forget's horizon.
+    message_ids: MessageIds | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high) in _RANGES.items():
@@ -78,6 +84,10 @@ class Config:
         if isinstance(providers, str) or not all(isinstance(p, str) for p in providers):
             raise InvalidInput("tool_less_providers", providers, "a set of provider names")
         object.__setattr__(self, "tool_less_providers", frozenset(p.lower() for p in providers))
+        if self.message_ids is not None and self.message_ids not in _MESSAGE_IDS:
+            raise InvalidInput(
+                "message_ids", self.message_ids, "'discord', 'slack' or None (ids tell no time)"
+            )
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -103,6 +113,9 @@ class Config:
             changes["tool_less_providers"] = frozenset(
                 p.strip() for p in raw.split(",") if p.strip()
             )
+        raw = environ.get("SHORTTERM_MESSAGE_IDS")
+        if raw is not None and raw.strip():
+            changes["message_ids"] = raw.strip().lower()
         try:
             return cls(**changes)
         except InvalidInput as exc:

@@ -170,3 +170,6 @@ class JournalEntry:
     # When it was journaled (epoch seconds): with the rest, how a follower recognises the
     # entry at its position again (a journal that went back may reuse a sequence number).
     at: float | None = field(default=None, compare=False)
+    # A clear's, purge's or FULL choice's horizon (epoch seconds): the moment it covers, so
+    # that the platform's history cannot bring back what it forgot (model/horizons.py).
+    horizon: float | None = field(default=None, compare=False)

@@ -147,6 +147,12 @@ STATS: dict[str, Stat] = {
         "counter",
         "Durable writes refused because a forget began after them (the forget was kept).",
     ),
+    "horizon_dropped": Stat(
+        "horizon_dropped",
+        "counter",
+        "History messages kept out of a capture because a clear, a purge or a FULL choice "
+        "covered them (the platform passed them back).",
+    ),
     "journal_entries": Stat(
         "journal_entries",
         "counter",

@@ -203,18 +203,22 @@ class Store(Protocol):
         ``since`` (hydration), in no promised order; no empty batch is yielded. Memory use is
         bounded by ``batch_rows``."""
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        """Journal the forget (with its fence target) and delete every row of the channel, in
-        one transaction; when it returns, no purged byte is left where the backend can
-        promise it (SQLite: file, WAL and shared memory). Returns the entry's sequence
-        number and the scope rows deleted."""
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
+    ) -> Forgotten:
+        """Journal the forget (with its fence target and its ``horizon``, the moment it
+        covers: ``now`` when ``None``; the target's stored horizon becomes the newer of the
+        two) and delete every row of the channel, in one transaction; when it returns, no
+        purged byte is left where the backend can promise it (SQLite: file, WAL and shared
+        memory). Returns the entry's sequence number and the scope rows deleted."""
 
     async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
+        self, user_id: str, *, keep: UserSettings | None, now: float, horizon: float | None = None
     ) -> Forgotten:
-        """Journal the forget and delete the user's personal rows, the journal entries that
-        name them and their settings row — or, with ``keep`` (a FULL choice), store ``keep``
-        as their settings in the same transaction. Returns the entry's sequence number and
+        """Journal the forget (with its ``horizon``, as :meth:`forget_channel`) and delete the
+        user's personal rows, the journal entries that name them and their settings row — or,
+        with ``keep`` (a FULL choice), store ``keep`` as their settings in the same
+        transaction. Returns the entry's sequence number and
         the personal scope rows deleted."""
 
     async def forget_server_channel(
@@ -236,6 +240,11 @@ class Store(Protocol):
 
     async def journal_head(self) -> int:
         """The newest journal sequence number (0 for none)."""
+
+    async def horizons(self) -> list[tuple[str, float]]:
+        """Every kept forget horizon, as (target digest, epoch seconds): the newest per
+        target, kept ``HORIZON_RETENTION_S`` after it was last written (the journal's
+        prune drops older ones)."""
 
     async def journal_rewound(self, past: int, *, now: float) -> int:
         """The journal went back below ``past``, a position a follower had applied (a

@@ -51,18 +51,26 @@ class ReferenceStore:
         self._users: dict[str, tuple[UserSettings, float]] = {}
         # The journal and the fence: every forget's newest sequence per target.
         self._journal: list[fencing.JournalEntry] = []
+        self._horizons: dict[str, float] = {}
         self._fence: dict[str, int] = {}
         self._seqs = itertools.count(1)
         self._head = 0  # the newest sequence journaled: a write fenced at it needs no lookup
         self.closed = False
 
     def _append(
-        self, kind: fencing.JournalKind, subject: Sequence[str | None], targets: Sequence[str]
+        self,
+        kind: fencing.JournalKind,
+        subject: Sequence[str | None],
+        targets: Sequence[str],
+        horizon: float | None = None,
     ) -> int:
         seq = self._head = next(self._seqs)
-        self._journal.append(fencing.JournalEntry(seq, kind, tuple(subject), tuple(targets)))
+        entry = fencing.JournalEntry(seq, kind, tuple(subject), tuple(targets), horizon=horizon)
+        self._journal.append(entry)
         for t in targets:
             self._fence[t] = seq
+            if horizon is not None:
+                self._horizons[t] = max(horizon, self._horizons.get(t, horizon))
         return seq
 
     def _fenced(
@@ -252,15 +260,18 @@ class ReferenceStore:
                 del self._server_ids[bisect.bisect_left(self._server_ids, t[1])]
         return count
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        seq = self._append("channel", [channel_id], [fencing.channel_target(channel_id)])
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
+    ) -> Forgotten:
+        target = fencing.channel_target(channel_id)
+        seq = self._append("channel", [channel_id], [target], now if horizon is None else horizon)
         return Forgotten(seq, self._delete(self._by_channel.get(channel_id, ())))
 
     async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
+        self, user_id: str, *, keep: UserSettings | None, now: float, horizon: float | None = None
     ) -> Forgotten:
         target = fencing.user_target(user_id)
-        seq = self._append("user", [target], [target])
+        seq = self._append("user", [target], [target], now if horizon is None else horizon)
         self._journal = [
             e
             for e in self._journal
@@ -296,6 +307,9 @@ class ReferenceStore:
 
     async def journal_head(self) -> int:
         return self._journal[-1].seq if self._journal else 0
+
+    async def horizons(self) -> list[tuple[str, float]]:
+        return list(self._horizons.items())
 
     async def journal_rewound(self, past: int, *, now: float) -> int:
         floor = max(past, self._head) + 1

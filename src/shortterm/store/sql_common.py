@@ -101,6 +101,9 @@ def key_args(key: ScopeKey) -> tuple[str, str, str, str]:
     return (key.kind, key.owner_id, key.channel_id, key.persona_id or "")
 
 
+_ENTRY_COLS = "seq, kind, subject, targets, at, horizon"  # a JournalEntry's, in order
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """The statements both dialects write alike, for one table prefix and placeholder."""
@@ -119,6 +122,7 @@ class Statements:
     forgets_since: str  # journal_since without the distilled writes ("edit")
     journal_head: str
     private_keys: str
+    horizons: str  # every kept horizon: (target, at)
 
     @classmethod
     def of(cls, t: str, mark: str) -> Statements:
@@ -139,14 +143,15 @@ class Statements:
             delete_key=f"DELETE FROM {t}scopes WHERE {key_where(mark)}",
             janitor=f"DELETE FROM {t}scopes WHERE updated_at < {mark}",
             journal_since=(
-                f"SELECT seq, kind, subject, targets, at FROM {t}journal WHERE seq > {mark} "
+                f"SELECT {_ENTRY_COLS} FROM {t}journal WHERE seq > {mark} "
                 f"ORDER BY seq LIMIT {mark}"
             ),
             forgets_since=(
-                f"SELECT seq, kind, subject, targets, at FROM {t}journal WHERE seq > {mark} "
+                f"SELECT {_ENTRY_COLS} FROM {t}journal WHERE seq > {mark} "
                 f"AND kind <> 'edit' ORDER BY seq LIMIT {mark}"
             ),
             journal_head=f"SELECT COALESCE(MAX(seq), 0) FROM {t}journal",
+            horizons=f"SELECT target, at FROM {t}horizon",
             private_keys=(
                 f"SELECT kind, owner_id, channel_id, persona_id FROM {t}scopes WHERE private"
             ),

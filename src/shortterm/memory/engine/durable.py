@@ -159,15 +159,17 @@ class Durable:
         await self.flush()
         return await self._tiers.store.put_rows(rows, fence=fence)
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        await self.flush()
-        return await self._tiers.store.forget_channel(channel_id, now=now)
-
-    async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
     ) -> Forgotten:
         await self.flush()
-        return await self._tiers.store.forget_user(user_id, keep=keep, now=now)
+        return await self._tiers.store.forget_channel(channel_id, now=now, horizon=horizon)
+
+    async def forget_user(
+        self, user_id: str, *, keep: UserSettings | None, now: float, horizon: float | None = None
+    ) -> Forgotten:
+        await self.flush()
+        return await self._tiers.store.forget_user(user_id, keep=keep, now=now, horizon=horizon)
 
     async def forget_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float

@@ -282,6 +282,17 @@ class Engine:
         if self.known_settings.due(now, self.config.settings_refresh_s):
             await self.look_back()
             now = self.clock()
+        horizons = self.journal.horizons
+        if len(horizons):  # a forget recorded a horizon: the platform's history may hold it
+            history, dropped = rules.outside_horizons(
+                history,
+                channel_id=args.channel_id,
+                triggerer=args.user_id,
+                horizons=horizons,
+                ids=self.config.message_ids,
+            )
+            if dropped:
+                self.health.count("horizon_dropped", dropped)
         writes = rules.plan_capture(
             self.snapshot(args),
             history,
@@ -317,8 +328,14 @@ class Engine:
         """The one capture write (a plan of rules.py), through the durable tier in front of
         the store (see ``Durable.capture``): the durable rows, then the hot tier's messages
         (with ``append``, added after the stored ones: see ``HotTier.capture_scopes``). A
-        scope a forget overtook is dropped in both tiers. Returns whether every scope was
-        written."""
+        scope a forget overtook is dropped in both tiers, and a message a forget's horizon
+        covers is left out (an import's history is the platform's too). Returns whether every
+        scope was written."""
+        plan, dropped = rules.plan_outside_horizons(
+            plan, self.journal.horizons, self.config.message_ids
+        )
+        if dropped:
+            self.health.count("horizon_dropped", dropped)
         applied = await self.durable.capture(
             plan,
             fence=fence,

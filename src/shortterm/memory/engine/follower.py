@@ -17,6 +17,7 @@ from ...cache.base import PrivateTier
 from ...model import ScopeKey
 from ...model.errors import StoreUnavailable
 from ...model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
+from ...model.horizons import Horizons
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
@@ -59,6 +60,9 @@ class JournalFollower:
         self._unsure_forgets = unsure_forgets
         self._settle_forgets = settle_forgets
         self.head = 0
+        # Every forget's horizon this process knows (loaded at the start, then followed):
+        # what a capture may no longer take from the platform's history.
+        self.horizons = Horizons()
         # The entry at ``head`` as read, to recognise it again (None: the position was taken
         # without reading it); see _past_our_position.
         self._at_head: JournalEntry | None = None
@@ -75,6 +79,9 @@ class JournalFollower:
         """Take the journal's current end as our position, and the current state as seen."""
         store = self._tiers.store
         self.head = await store.journal_head()
+        # Read after the position: a forget committed between the two is in both, never in
+        # neither (catch_up records the horizons of the entries after our position).
+        self.horizons.record_all(await store.horizons())
         # Not knowing which entries were forgets, take them all as such: a shared hot tier
         # then replays into every part short of our position what it lost (see repair).
         self._forgot(self.head)
@@ -173,6 +180,9 @@ class JournalFollower:
             # The first read starts at our own entry, to see that the journal still has it.
             head, known = self.head, self._at_head
             entries = await store.journal_since(head if checked else head - 1, limit=_JOURNAL_PAGE)
+            # Whether the journal may hold more is the page's length as read: dropping our own
+            # entry from the first page below must not end the catch-up one entry short.
+            full_page = len(entries) == _JOURNAL_PAGE
             if not checked:
                 checked = True
                 entries, rewound = self._checked(entries, head, known)
@@ -183,7 +193,11 @@ class JournalFollower:
                 break
             now = self._clock()
             reload = False
+            horizons = self.horizons
             for entry in entries:
+                if entry.horizon is not None:
+                    for target in entry.targets:
+                        horizons.record(target, entry.horizon)
                 if entry.kind != "edit" and entry.seq != own:  # own: see caught_up_to
                     self._forgot(entry.seq)
                 if entry.kind == "pruned":
@@ -196,7 +210,7 @@ class JournalFollower:
             if entries[-1].seq > self.head:
                 self.head, self._at_head = entries[-1].seq, entries[-1]
             self._health.count("journal_entries", len(entries))
-            if len(entries) < _JOURNAL_PAGE:
+            if not full_page:
                 break
         if gap:
             await self._gap()
@@ -238,6 +252,8 @@ class JournalFollower:
             "shortterm missed pruned journal entries (position %d): reloading the hot tier",
             self.head,
         )
+        # The pruned entries' horizons are in the horizon table, which outlives the journal.
+        self.horizons.record_all(await self._tiers.store.horizons())
         cache = self._tiers.cache
         if isinstance(cache, PrivateTier):  # only an unshared tier is one
             now = self._clock()

@@ -34,6 +34,7 @@ class UnsureForget(NamedTuple):
     durable: Callable[[], Awaitable[Forgotten]]
     hot: Callable[[], Awaitable[int]]
     after: Callable[[], None] | None
+    horizon: float | None = None
 
 
 class UnsureForgets:
@@ -71,6 +72,7 @@ class Forgetting:
         durable: Callable[[], Awaitable[Forgotten]],
         hot: Callable[[], Awaitable[int]],
         after: Callable[[], None] | None = None,
+        horizon: float | None = None,
     ) -> int:
         """The one forget: durable journal + delete (raises if it failed: nothing was
         acknowledged), then the hot tier — its fence first, so nothing in flight can land
@@ -87,8 +89,10 @@ class Forgetting:
                 await hot()
             if not exc.maybe_applied:
                 raise
-            forgotten = await self._retry(UnsureForget(targets, durable, hot, after), exc)
-        return await self._forgotten(targets, forgotten, hot, after)
+            forgotten = await self._retry(
+                UnsureForget(targets, durable, hot, after, horizon), exc
+            )
+        return await self._forgotten(targets, forgotten, hot, after, horizon)
 
     async def _forgotten(
         self,
@@ -96,8 +100,14 @@ class Forgetting:
         forgotten: Forgotten,
         hot: Callable[[], Awaitable[int]],
         after: Callable[[], None] | None,
+        horizon: float | None = None,
     ) -> int:
         parts = self._parts
+        if horizon is not None:
+            # Before the hot tier: a capture of this process that starts from here on drops
+            # what the forget covers, whatever the platform passes back.
+            for target in targets:
+                parts.journal.horizons.record(target, horizon)
         await parts.tiers.cache.record_forget(forgotten.seq, targets, parts.clock())
         evicted = await hot()
         await parts.journal.caught_up_to(forgotten.seq)
@@ -133,7 +143,9 @@ class Forgetting:
         for forget in self.unsure.take():
             try:
                 forgotten = await forget.durable()
-                await self._forgotten(forget.targets, forgotten, forget.hot, forget.after)
+                await self._forgotten(
+                    forget.targets, forgotten, forget.hot, forget.after, forget.horizon
+                )
             except StoreUnavailable as exc:
                 self.unsure.add(forget)
                 self._parts.health.failed("forget retry", exc)
@@ -142,18 +154,28 @@ class Forgetting:
 
     # -- what can be forgotten ------------------------------------------------------------
 
-    async def channel(self, channel_id: str) -> int:
+    def _horizon(self, at: float | None) -> float:
+        """A forget's horizon: the platform's time of the command when the caller knows it,
+        the memory's clock otherwise."""
+        return self._parts.clock() if at is None else at
+
+    async def channel(self, channel_id: str, *, at: float | None = None) -> int:
         tiers, durable, clock = self._parts.tiers, self._parts.durable, self._parts.clock
+        horizon = self._horizon(at)
         return await self.forget(
             [channel_target(channel_id)],
-            lambda: durable.forget_channel(channel_id, now=clock()),
+            lambda: durable.forget_channel(channel_id, now=clock(), horizon=horizon),
             lambda: tiers.cache.delete_channel(channel_id),
+            horizon=horizon,
         )
 
-    async def user(self, user_id: str, *, keep: UserSettings | None) -> int:
-        """A user's scopes and their messages everywhere; ``keep``: the settings row that
-        stays (a full-privacy choice), else none does."""
+    async def user(
+        self, user_id: str, *, keep: UserSettings | None, at: float | None = None
+    ) -> int:
+        """A user's scopes and their messages everywhere (and the bot's answers to them);
+        ``keep``: the settings row that stays (a full-privacy choice), else none does."""
         tiers, durable, clock = self._parts.tiers, self._parts.durable, self._parts.clock
+        horizon = self._horizon(at)
 
         async def hot() -> int:
             deleted = await tiers.cache.delete_owner("user", user_id)
@@ -169,9 +191,10 @@ class Forgetting:
 
         return await self.forget(
             [user_target(user_id)],
-            lambda: durable.forget_user(user_id, keep=keep, now=clock()),
+            lambda: durable.forget_user(user_id, keep=keep, now=clock(), horizon=horizon),
             hot,
             after,
+            horizon=horizon,
         )
 
     async def server_channel(self, server_id: str, channel_id: str, persona_id: str | None) -> int:

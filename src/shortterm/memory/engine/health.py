@@ -27,6 +27,7 @@ COUNTERS = (
     "degraded_contexts",
     "upgrade_refusals",
     "fenced_writes",
+    "horizon_dropped",  # history messages a forget's horizon kept out of a capture
     "journal_entries",
     "journal_errors",
     "cache_errors",

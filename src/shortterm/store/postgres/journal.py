@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S
+from ...model.horizons import HORIZON_RETENTION_S
 from .connection import Conn, Pool
 from .values import jsonb, one
 
@@ -42,13 +43,15 @@ async def append(
     subject: Sequence[str | None],
     targets: Sequence[str],
     now: float,
+    horizon: float | None = None,
 ) -> int:
-    """Append one journal entry and its fence rows, inside the caller's transaction,
-    which must hold the exclusive fence and journal locks (``PostgresStore._forget_tx``)."""
+    """Append one journal entry and its fence rows (and, with ``horizon``, the newest horizon
+    of each target), inside the caller's transaction, which must hold the exclusive fence
+    and journal locks (``PostgresStore._forget_tx``)."""
     cur = await conn.execute(
-        f"INSERT INTO {t}journal (kind, subject, targets, at) "
-        "VALUES (%s, %s, %s, %s) RETURNING seq",
-        (kind, jsonb(list(subject)), jsonb(list(targets)), now),
+        f"INSERT INTO {t}journal (kind, subject, targets, at, horizon) "
+        "VALUES (%s, %s, %s, %s, %s) RETURNING seq",
+        (kind, jsonb(list(subject)), jsonb(list(targets)), now, horizon),
     )
     seq = int(one(await cur.fetchone())[0])
     if targets:
@@ -56,6 +59,13 @@ async def append(
             f"INSERT INTO {t}fence SELECT t, %s, %s FROM unnest(%s::text[]) AS t "
             "ON CONFLICT DO NOTHING",
             (seq, now, list(targets)),
+        )
+    if horizon is not None:
+        await conn.execute(
+            f"INSERT INTO {t}horizon SELECT t, %s, %s FROM unnest(%s::text[]) AS t "
+            f"ON CONFLICT (target) DO UPDATE SET at = GREATEST({t}horizon.at, excluded.at), "
+            "written = excluded.written",
+            (horizon, now, list(targets)),
         )
     return seq
 
@@ -80,13 +90,15 @@ async def prune(conn: Conn, t: str, now: float) -> int | None:
     journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every
     write that began before it (it may have missed fence rows that are gone). Inside the
     caller's forget transaction. Returns its sequence, or None when nothing was old enough."""
-    horizon = now - JOURNAL_RETENTION_S
-    cur = await conn.execute(f"SELECT MAX(seq) FROM {t}journal WHERE at < %s", (horizon,))
+    # Horizons outlive the journal by far (the platform keeps old messages): their own age.
+    await conn.execute(f"DELETE FROM {t}horizon WHERE written < %s", (now - HORIZON_RETENTION_S,))
+    oldest = now - JOURNAL_RETENTION_S
+    cur = await conn.execute(f"SELECT MAX(seq) FROM {t}journal WHERE at < %s", (oldest,))
     through = one(await cur.fetchone())[0]
     if through is None:
         return None
-    await conn.execute(f"DELETE FROM {t}journal WHERE at < %s", (horizon,))
-    await conn.execute(f"DELETE FROM {t}fence WHERE at < %s", (horizon,))
+    await conn.execute(f"DELETE FROM {t}journal WHERE at < %s", (oldest,))
+    await conn.execute(f"DELETE FROM {t}fence WHERE at < %s", (oldest,))
     return await append(conn, t, "pruned", [str(through)], [EVERY_TARGET], now)
 
 

@@ -30,18 +30,23 @@ class Journaling:
         self._t = layout.t
         self._sql = layout.common
 
-    async def forget_channel(self, channel_id: str, now: float) -> Forgotten:
+    async def forget_channel(self, channel_id: str, now: float, horizon: float) -> Forgotten:
         async with self._forget_tx("channel delete") as conn:
+            target = fencing.channel_target(channel_id)
             seq = await journal.append(
-                conn, self._t, "channel", [channel_id], [fencing.channel_target(channel_id)], now
+                conn, self._t, "channel", [channel_id], [target], now, horizon=horizon
             )
             cur = await conn.execute(self._sql.delete_channel, (channel_id,))
             return Forgotten(seq, cur.rowcount)
 
-    async def forget_user(self, user_id: str, keep: UserSettings | None, now: float) -> Forgotten:
+    async def forget_user(
+        self, user_id: str, keep: UserSettings | None, now: float, horizon: float
+    ) -> Forgotten:
         target = fencing.user_target(user_id)
         async with self._forget_tx("user delete") as conn:
-            seq = await journal.append(conn, self._t, "user", [target], [target], now)
+            seq = await journal.append(
+                conn, self._t, "user", [target], [target], now, horizon=horizon
+            )
             cur = await conn.execute(self._sql.delete_user_scopes, (user_id,))
             await conn.execute(self._sql.delete_user_journal, (user_id,))
             if keep is None:
@@ -81,9 +86,20 @@ class Journaling:
         # degraded) because its pool still held connections to a server that restarted.
         rows = await self._read("journal read", query, (seq, limit))
         return [
-            fencing.JournalEntry(int(r[0]), r[1], tuple(r[2]), tuple(r[3]), float(r[4]))
+            fencing.JournalEntry(
+                int(r[0]),
+                r[1],
+                tuple(r[2]),
+                tuple(r[3]),
+                float(r[4]),
+                None if r[5] is None else float(r[5]),
+            )
             for r in rows
         ]
+
+    async def horizons(self) -> list[tuple[str, float]]:
+        rows = await self._read("horizon read", self._sql.horizons, ())
+        return [(str(r[0]), float(r[1])) for r in rows]
 
     async def head(self) -> int:
         rows = await self._read("journal read", self._sql.journal_head, ())

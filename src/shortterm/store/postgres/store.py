@@ -259,13 +259,17 @@ class PostgresStore:
 
     # -- the journal ----------------------------------------------------------------------
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        return await self._journal.forget_channel(channel_id, now)
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
+    ) -> Forgotten:
+        at = now if horizon is None else horizon
+        return await self._journal.forget_channel(channel_id, now, at)
 
     async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
+        self, user_id: str, *, keep: UserSettings | None, now: float, horizon: float | None = None
     ) -> Forgotten:
-        return await self._journal.forget_user(user_id, keep, now)
+        at = now if horizon is None else horizon
+        return await self._journal.forget_user(user_id, keep, now, at)
 
     async def forget_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
@@ -288,6 +292,9 @@ class PostgresStore:
 
     async def journal_head(self) -> int:
         return await self._journal.head()
+
+    async def horizons(self) -> list[tuple[str, float]]:
+        return await self._journal.horizons()
 
     async def journal_rewound(self, past: int, *, now: float) -> int:
         return await self._journal.rewound(past, now)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ...model import ScopeKey, ScopeMeta
 from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S, WriteFence
+from ...model.horizons import HORIZON_RETENTION_S
 from .values import padded_targets
 
 
@@ -18,18 +19,27 @@ def append(
     targets: Sequence[str],
     now: float,
     subject_user: str | None = None,
+    horizon: float | None = None,
 ) -> int:
-    """Append one journal entry and its fence rows; returns its sequence number."""
+    """Append one journal entry and its fence rows (and, with ``horizon``, the newest
+    horizon of each target); returns its sequence number."""
     # An edit fences nothing: its "[]" is what json.dumps writes, without the encoder.
     encoded = json.dumps(list(targets)) if targets else "[]"
     cur = db.execute(
-        "INSERT INTO journal (kind, subject, subject_user, targets, at) VALUES (?, ?, ?, ?, ?)",
-        (kind, json.dumps(list(subject)), subject_user, encoded, now),
+        "INSERT INTO journal (kind, subject, subject_user, targets, at, horizon) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (kind, json.dumps(list(subject)), subject_user, encoded, now, horizon),
     )
     seq = int(cur.lastrowid or 0)
     if targets:  # edits and settings changes fence nothing
         db.executemany(
             "INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets]
+        )
+    if horizon is not None:
+        db.executemany(
+            "INSERT INTO horizon VALUES (?, ?, ?) ON CONFLICT (target) DO UPDATE SET "
+            "at = max(at, excluded.at), written = excluded.written",
+            [(t, horizon, now) for t in targets],
         )
     return seq
 
@@ -51,12 +61,14 @@ def prune(db: sqlite3.Connection, now: float) -> int | None:
     journal what went: a ``pruned`` entry naming the newest deleted sequence, fencing every
     write that began before it (it may have missed fence rows that are gone). Returns its
     sequence, or None when nothing was old enough."""
-    horizon = now - JOURNAL_RETENTION_S
-    through = db.execute("SELECT MAX(seq) FROM journal WHERE at < ?", (horizon,)).fetchone()[0]
+    # Horizons outlive the journal by far (the platform keeps old messages): their own age.
+    db.execute("DELETE FROM horizon WHERE written < ?", (now - HORIZON_RETENTION_S,))
+    oldest = now - JOURNAL_RETENTION_S
+    through = db.execute("SELECT MAX(seq) FROM journal WHERE at < ?", (oldest,)).fetchone()[0]
     if through is None:
         return None
-    db.execute("DELETE FROM journal WHERE at < ?", (horizon,))
-    db.execute("DELETE FROM fence WHERE at < ?", (horizon,))
+    db.execute("DELETE FROM journal WHERE at < ?", (oldest,))
+    db.execute("DELETE FROM fence WHERE at < ?", (oldest,))
     return append(db, "pruned", [str(through)], [EVERY_TARGET], now)
 
 

@@ -59,21 +59,22 @@ class Journaling:
         self.unscrubbed_forgets += 1
         log.warning("shortterm could not truncate the SQLite WAL after a forget: a reader holds it")
 
-    def forget_channel(self, channel_id: str, now: float) -> Forgotten:
+    def forget_channel(self, channel_id: str, now: float, horizon: float) -> Forgotten:
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(
-                db, "channel", [channel_id], [fencing.channel_target(channel_id)], now
-            )
+            target = fencing.channel_target(channel_id)
+            seq = journal.append(db, "channel", [channel_id], [target], now, horizon=horizon)
             n = db.execute(sql.COMMON.delete_channel, (channel_id,)).rowcount
             return seq, n
 
         return self._forget("channel delete", apply)
 
-    def forget_user(self, user_id: str, keep: UserSettings | None, now: float) -> Forgotten:
+    def forget_user(
+        self, user_id: str, keep: UserSettings | None, now: float, horizon: float
+    ) -> Forgotten:
         target = fencing.user_target(user_id)
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "user", [target], [target], now)
+            seq = journal.append(db, "user", [target], [target], now, horizon=horizon)
             n = db.execute(sql.COMMON.delete_user_scopes, (user_id,)).rowcount
             db.execute(sql.COMMON.delete_user_journal, (user_id,))
             if keep is None:
@@ -118,10 +119,19 @@ class Journaling:
         rows = fetch(self._guard, self._db, "journal read", query, (seq, limit))
         return [
             fencing.JournalEntry(
-                r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), float(r[4])
+                r[0],
+                r[1],
+                tuple(json.loads(r[2])),
+                tuple(json.loads(r[3])),
+                float(r[4]),
+                None if r[5] is None else float(r[5]),
             )
             for r in rows
         ]
+
+    def horizons(self) -> list[tuple[str, float]]:
+        rows = fetch(self._guard, self._db, "horizon read", sql.COMMON.horizons, ())
+        return [(str(r[0]), float(r[1])) for r in rows]
 
     def head(self) -> int:
         found = fetch(self._guard, self._db, "journal read", sql.COMMON.journal_head, ())

@@ -181,13 +181,15 @@ class SQLiteStore:
 
     # -- the journal ----------------------------------------------------------------------
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
-        return self._journal.forget_channel(channel_id, now)
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
+    ) -> Forgotten:
+        return self._journal.forget_channel(channel_id, now, now if horizon is None else horizon)
 
     async def forget_user(
-        self, user_id: str, *, keep: UserSettings | None, now: float
+        self, user_id: str, *, keep: UserSettings | None, now: float, horizon: float | None = None
     ) -> Forgotten:
-        return self._journal.forget_user(user_id, keep, now)
+        return self._journal.forget_user(user_id, keep, now, now if horizon is None else horizon)
 
     async def forget_server_channel(
         self, server_id: str, channel_id: str, persona_id: str | None, *, now: float
@@ -204,6 +206,9 @@ class SQLiteStore:
 
     async def journal_head(self) -> int:
         return self._journal.head()
+
+    async def horizons(self) -> list[tuple[str, float]]:
+        return self._journal.horizons()
 
     async def journal_rewound(self, past: int, *, now: float) -> int:
         return self._journal.rewound(past, now)
