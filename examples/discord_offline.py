@@ -120,12 +120,26 @@ async def answer(
 
 
 async def main(argv: Sequence[str] | None = None) -> list[str]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("lines", nargs="*", help="CHANNEL:AUTHOR:TEXT (default: a short scene)")
-    parser.add_argument("--base-url", default="http://127.0.0.1:8800/v1")
-    parser.add_argument("--model", default="shortterm-fake")
-    parser.add_argument("--api-key", default="not-needed")
-    parser.add_argument("--store", default="memory://", help="default: nothing is kept")
+    # The docstring's first paragraph, whole: its first line alone stops mid-sentence.
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog="Start `shortterm fake-model` first (any OpenAI-compatible server works). The "
+        "cog's /refresh and /memory on these objects: docs/discord.md.",
+    )
+    parser.add_argument(
+        "lines",
+        nargs="*",
+        help="CHANNEL:AUTHOR:TEXT, CHANNEL general or plans, AUTHOR ana or ben, TEXT starting "
+        "with @ to address the bot (default: a short scene)",
+    )
+    parser.add_argument(
+        "--base-url", default="http://127.0.0.1:8800/v1", help="the model server (%(default)s)"
+    )
+    parser.add_argument("--model", default="shortterm-fake", help="its model (%(default)s)")
+    parser.add_argument("--api-key", default="not-needed", help="its key, if it wants one")
+    parser.add_argument(
+        "--store", default="memory://", help="shortterm's store (%(default)s: nothing is kept)"
+    )
     args = parser.parse_args(argv)
     async with (
         shortterm.open(store=args.store) as memory,

@@ -105,7 +105,8 @@ async def main(
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # The docstring's first paragraph, whole: its first line alone stops mid-sentence.
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("message", help="what the user says")
     parser.add_argument("--base-url", required=True, help="an OpenAI-compatible /v1 URL")
     parser.add_argument("--model", default="shortterm-fake")

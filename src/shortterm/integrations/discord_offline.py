@@ -21,8 +21,9 @@ against ``shortterm fake-model``.
 The guild: ``Hikers`` (:data:`GUILD_ID`) with ``#general``, ``#plans`` and a thread
 ``saturday-hike`` under ``#general``; the bot ``Tomo`` (:data:`BOT_ID`), ``Ana B.``
 (:data:`ANA_ID`, an Organiser), ``ben`` (:data:`BEN_ID`) and ``Cal`` (:data:`CAL_ID`, a member
-the cache does not hold). Needs ``pip install 'shortterm[discord]'`` (from a clone:
-``pip install -e '.[discord]'``).
+the cache does not hold). Needs the discord extra: ``pip install -e '.[discord]'`` in a
+shortterm checkout. The cog's ``/refresh`` and ``/memory`` on these objects: ``docs/discord.md``,
+"/refresh and /memory offline".
 """
 
 from __future__ import annotations

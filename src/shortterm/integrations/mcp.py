@@ -1,6 +1,7 @@
 """``shortterm mcp``: working memory as a Model Context Protocol server over stdio.
 
-Two tools and a resource, built on the official ``mcp`` SDK (``pip install 'shortterm[mcp]'``):
+Two tools and a resource, built on the official ``mcp`` SDK (the mcp extra:
+``pip install -e '.[mcp]'`` in a shortterm checkout):
 
 - ``update_short_term_memory``: the library's tool, its schema rendered for MCP. Every call is
   one :class:`~shortterm.Turn` and goes through :meth:`Turn.call_tool`, so the guards, the
@@ -11,7 +12,8 @@ Two tools and a resource, built on the official ``mcp`` SDK (``pip install 'shor
   nudge when one is due.
 - the resource ``shortterm://context`` (a fixed scope) or the template
   ``shortterm://context{?user_id,...}`` (otherwise): the same text, for hosts that read
-  resources rather than let the model call a tool.
+  resources rather than let the model call a tool. A query that is not percent-encoded UTF-8
+  is refused (``INVALID_PARAMS`` naming the parameter), as the sidecar refuses it (422).
 
 **The scope.** Each scope part given when the server starts (``--user-id``, ``--channel-id``,
 ``--server-id``, ``--persona-id``) is fixed: no call can change it. With ``--user-id`` and
