@@ -60,8 +60,13 @@ async def test_clear_user_scrubs_their_messages_from_every_other_entry(
         assert entry is not None
         assert all(m.author_id != "ana" for m in entry.messages)
         assert "ana in c1" not in [m.content for m in entry.messages]
-    server_c2 = await memory.get(ScopeKey.server(G, "c2", P))
-    assert server_c2 is not None and [m.content for m in server_c2.messages] == ["noted"]
+    # Ana's c2 turn held her line and the bot's answer to her: both are gone.
+    assert await memory.get(ScopeKey.server(G, "c2", P)) is None
+    server_c1 = await memory.get(ScopeKey.server(G, "c1", P))
+    assert server_c1 is not None and [m.content for m in server_c1.messages] == [
+        "ben in c1",
+        "noted",  # the bot's answer to Ben stays
+    ]
     assert await memory.get(ScopeKey.user("carl", "c3", P)) is not None
     assert [r.key for r in await memory.store.load_owner("user", "ana")] == []
 
@@ -100,10 +105,12 @@ async def test_janitor_and_sweep(db_url: str, clock: FakeClock) -> None:
 class FailingStore(ReferenceStore):
     fail = False
 
-    async def forget_channel(self, channel_id: str, *, now: float) -> Forgotten:
+    async def forget_channel(
+        self, channel_id: str, *, now: float, horizon: float | None = None
+    ) -> Forgotten:
         if self.fail:
             raise StoreUnavailable("the database is down")
-        return await super().forget_channel(channel_id, now=now)
+        return await super().forget_channel(channel_id, now=now, horizon=horizon)
 
 
 async def test_a_failed_durable_clear_still_evicts_and_says_so(clock: FakeClock) -> None:

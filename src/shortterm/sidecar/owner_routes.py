@@ -22,6 +22,7 @@ from .errors import NotFound
 from .params import (
     ChannelFilter,
     ChannelId,
+    ForgetAt,
     PersonaFilter,
     PersonaQuery,
     ServerId,
@@ -192,7 +193,13 @@ def _put_settings(memory: Memory, owner: Owner) -> Endpoint:
         await write(owner_id, chosen)
         return model.of(chosen)
 
-    return _typed(endpoint, owner, body=model, **{"return": model})
+    async def user_endpoint(owner_id: str, body: Any, at: ForgetAt = None) -> Any:
+        chosen = body.to_library()
+        await memory.configure_user(owner_id, chosen, at=at)  # `at`: a FULL choice's horizon
+        return model.of(chosen)
+
+    chosen_endpoint = user_endpoint if owner.kind == "user" else endpoint
+    return _typed(chosen_endpoint, owner, body=model, **{"return": model})
 
 
 # -- the table --------------------------------------------------------------------------------

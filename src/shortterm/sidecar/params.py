@@ -48,3 +48,16 @@ RetentionDays = Annotated[
     int | None,
     Query(ge=0, le=36500, description="Default: the memory's janitor_retention_days."),
 ]
+
+ForgetAt = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        lt=1e11,
+        description="The platform's time of the command, epoch seconds (a `/refresh` "
+        "interaction's creation time): every message written up to it is never captured "
+        "again, however often a later turn passes the platform's history. Default: the "
+        "memory's clock. At most 300 s ahead of it.",
+        examples=[1767225600.5],
+    ),
+]

@@ -21,6 +21,7 @@ from .owner_routes import add_owner_routes
 from .params import (
     AfterServer,
     ChannelId,
+    ForgetAt,
     PageLimit,
     PersonaQuery,
     RetentionDays,
@@ -194,15 +195,17 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
     @router.delete(
         "/channels/{channel_id}", tags=["deletion"], responses=common, summary="Forget a channel"
     )
-    async def clear_channel(channel_id: ChannelId) -> DeletedOut:
-        """Forget a channel: every user, persona and scope of it, in both tiers."""
-        return DeletedOut(deleted=await memory.clear_channel(channel_id))
+    async def clear_channel(channel_id: ChannelId, at: ForgetAt = None) -> DeletedOut:
+        """Forget a channel: every user, persona and scope of it, in both tiers; and every
+        message of it written up to `at`, which later captures leave out."""
+        return DeletedOut(deleted=await memory.clear_channel(channel_id, at=at))
 
     @router.delete("/users/{user_id}", tags=["deletion"], responses=common, summary="Forget a user")
-    async def clear_user(user_id: UserId) -> DeletedOut:
-        """Forget a user: their personal scopes, and every message they wrote from every other
-        entry. Counts the scopes deleted plus the entries scrubbed."""
-        return DeletedOut(deleted=await memory.clear_user(user_id))
+    async def clear_user(user_id: UserId, at: ForgetAt = None) -> DeletedOut:
+        """Forget a user: their personal scopes, and every message they wrote (and the bot's
+        answers to them) from every other entry; their messages written up to `at` are left
+        out of later captures. Counts the scopes deleted plus the entries scrubbed."""
+        return DeletedOut(deleted=await memory.clear_user(user_id, at=at))
 
     @router.delete(
         "/servers/{server_id}/channels/{channel_id}",
