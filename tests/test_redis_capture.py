@@ -3,8 +3,9 @@ exactly as the one-scope script it replaced would have landed them one call at a
 
 The oracle is that earlier script (``tests/redis_capture_one_scope.lua``) driven the way the
 cache drove it: one call per scope, and a second call without the messages of authors it
-answered as purged. Both run on their own prefix of one Redis; after every step the two
-prefixes must hold the same keys, values and (within a few seconds) TTLs.
+answered as purged and the bot's answers to them (``model.dialogue``). Both run on their own
+prefix of one Redis; after every step the two prefixes must hold the same keys, values and
+(within a few seconds) TTLs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shortterm.cache.redis.codec import durable_json
 from shortterm.cache.redis.sources import lua_source
 from shortterm.model import Message, Privacy, ScopeKey, ScopeMeta, ScopeRow
 from shortterm.model.config import Config
+from shortterm.model.dialogue import without_authors
 from shortterm.model.fence import (
     WriteFence,
     author_targets,
@@ -151,8 +153,8 @@ class OneScopeOracle:
             c._directories.noted(listed, now)
             outcome = int(reply[0])
             if outcome == -2:
-                gone = set(json.loads(reply[4]))
-                messages = tuple(m for m in messages if m.author_id not in gone)
+                # capture.lua drops the bot's answers to a purged author too; so must this.
+                messages = without_authors(messages, set(json.loads(reply[4])))
                 continue
             if outcome == -1:
                 self.counts["fenced"] += 1

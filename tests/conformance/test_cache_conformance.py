@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shortterm.cache.base import ScopeLister
 from shortterm.model import Message, ScopeKey
+from shortterm.model.fence import WriteFence, user_target
 from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
 from shortterm.store.reference import ReferenceStore
 from tests.support import T0, CacheFactory
@@ -161,6 +162,74 @@ async def test_scrub_author_removes_their_messages_everywhere(cache_factory: Cac
         assert entry is not None
         assert [m.content for m in entry.messages] == ["from ben", "from bot"]
     assert await cache.scrub_author("ana", T0) == 0
+
+
+# A channel's dialogue: the bot greets (answering no one), answers Ana, then Dana (twice: the
+# second answer still answers her), then Ana again, then someone whose id it does not know.
+TALK = (
+    Message("assistant", "welcome, everyone", author_id="bot", at=T0),
+    Message("user", "hi all", author_id="ana", at=T0),
+    Message("assistant", "hi Ana", author_id="bot", at=T0),
+    Message("user", "my door code is 4512", author_id="dana", at=T0),
+    Message("assistant", "noted: your code is 4512", author_id="bot", at=T0),
+    Message("assistant", "anything else, Dana?", at=T0),
+    Message("user", "lunch at noon?", author_id="ana", at=T0),
+    Message("assistant", "noon it is, Ana", author_id="bot", at=T0),
+    Message("user", "who am I?", at=T0),
+    Message("assistant", "someone new", author_id="bot", at=T0),
+)
+WITHOUT_DANA = [
+    "welcome, everyone",
+    "hi all",
+    "hi Ana",
+    "lunch at noon?",
+    "noon it is, Ana",
+    "who am I?",
+    "someone new",
+]
+
+
+async def test_a_purge_takes_the_bots_answers_to_the_user_and_keeps_the_others(
+    cache_factory: CacheFactory,
+) -> None:
+    """A bot message answers the nearest user message before it; the scrub of Dana takes her
+    lines and the bot's answers to her, from the shared scope and another user's alike."""
+    cache = await cache_factory()
+    ana = ScopeKey.user("ana", "c1", "p1")
+    await cache.capture(S, TALK, META, None, T0)
+    await cache.capture(ana, TALK, META, None, T0)  # a list holding her, whoever's it is
+    only_answer = ScopeKey.server("g1", "c2", "p1")  # her question and its answer: both go
+    await cache.capture(only_answer, TALK[3:6], META, None, T0)
+    assert await cache.scrub_author("dana", T0) == 3
+    for key in (S, ana):
+        entry = await cache.get(key, T0)
+        assert entry is not None
+        assert [m.content for m in entry.messages] == WITHOUT_DANA
+    assert await cache.get(only_answer, T0) is None
+    # The bot's lines left in the shared scope are still found when its own id is scrubbed.
+    assert await cache.scrub_author("bot", T0) == 2
+    entry = await cache.get(S, T0)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["hi all", "lunch at noon?", "who am I?"]
+
+
+async def test_a_capture_in_flight_when_a_purge_lands_loses_the_answers_to_the_user(
+    cache_factory: CacheFactory,
+) -> None:
+    """A capture that began before Dana's purge lands after it: her lines and the bot's
+    answers to her are dropped from it, the rest is written."""
+    cache = await cache_factory()
+    await cache.repair(ReferenceStore(), T0)  # marked at the journal's start: takes fences
+    await cache.record_forget(1, [user_target("dana")], T0)
+    assert await cache.capture(S, TALK, META, None, T0, WriteFence(0))
+    entry = await cache.get(S, T0)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == WITHOUT_DANA
+    # The bot's answers to her were the only messages of an author: not indexed under it.
+    lone = ScopeKey.server("g1", "c2", "p1")
+    assert await cache.capture(lone, TALK[3:6], META, None, T0, WriteFence(0))
+    assert await cache.get(lone, T0) is None
+    assert await cache.scrub_author("bot", T0) == 1
 
 
 async def test_sweep_removes_only_expired_entries(cache_factory: CacheFactory) -> None:

@@ -70,7 +70,8 @@ class HotTier(Protocol):
         mirror its durable values. A capture whose row is older than the cached revision is
         ignored: a later write already landed. With ``fence``, the capture is dropped when a
         forget recorded after ``fence.position`` covers the scope, and messages of authors
-        purged since are dropped from it — checked in the same atomic step as the write.
+        purged since, and the bot's answers to them, are dropped from it — checked in the
+        same atomic step as the write.
         The private flag is sticky. Returns whether the capture was applied. One scope of
         :meth:`capture_scopes`: every tier has this one write path."""
         return await self.capture_scopes([(key, messages, row)], meta, now, fence) == 1
@@ -128,8 +129,9 @@ class HotTier(Protocol):
         journal position the process may stand on; 0 when there is nothing to do."""
 
     async def forget_user_target(self, target: str, now: float) -> int:
-        """A follower's purge of the user named by digest ``target``: their personal entries
-        and their messages everywhere. Returns how many entries changed."""
+        """A follower's purge of the user named by digest ``target``: their personal entries,
+        and their messages and the bot's answers to them everywhere (as :meth:`scrub_author`).
+        Returns how many entries changed."""
 
     @property
     def shared(self) -> bool:
@@ -156,8 +158,10 @@ class HotTier(Protocol):
         """Drop every entry of one owner; returns how many."""
 
     async def scrub_author(self, author_id: str, now: float) -> int:
-        """Remove every message written by ``author_id`` from every entry; returns how many
-        entries changed."""
+        """Remove every message written by ``author_id`` from every entry, and every bot
+        message that answers one of them (``model.dialogue``: a bot message answers the
+        nearest user message before it); answers to others stay. Returns how many entries
+        changed."""
 
     async def sweep(self, now: float) -> int:
         """Drop entries with nothing live left at ``now``; returns how many."""

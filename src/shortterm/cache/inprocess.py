@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
+from ..model.dialogue import without_authors
 from ..model.fence import (
     EVERY_TARGET,
     JOURNAL_RETENTION_S,
@@ -184,13 +185,15 @@ class InProcessCache(RecordBook, HotTier):
     def _without_forgotten_authors(
         self, messages: tuple[Message, ...], fence: WriteFence
     ) -> tuple[Message, ...]:
+        """``messages`` without the authors purged since the write began, and without the
+        bot's answers to them (model.dialogue): a purge that landed meanwhile takes both."""
         tombs, position = self._tombs, fence.position
         gone = {
             a
             for a in {m.author_id for m in messages}
             if a is not None and tombs.get(user_target(a), 0) > position
         }
-        return tuple(m for m in messages if m.author_id not in gone) if gone else messages
+        return without_authors(messages, gone) if gone else messages
 
     # A shared tier's own (see HotTier): here the other processes follow the journal.
     async def record_settings(self, seq: int, targets: Sequence[str], now: float) -> None:
@@ -383,10 +386,12 @@ class InProcessCache(RecordBook, HotTier):
         return False
 
     async def scrub_author(self, author_id: str, now: float) -> int:
+        # The bot's answers to the author go with their messages: they lie in the same lists.
+        gone = (author_id,)
         touched = 0
         for kt in self._holding(author_id, self._by_author.get(author_id, [])):
             rec = self._entries[kt]
-            self._set_messages(kt, rec, tuple(m for m in rec.messages if m.author_id != author_id))
+            self._set_messages(kt, rec, without_authors(rec.messages, gone))
             rec.view = None
             self._reschedule(kt, rec)
             touched += 1

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...model.dialogue import without_authors
 from ...model.fence import JOURNAL_RETENTION_S, user_target
 from .codec import authors_json, decode_messages, key_of, lua_float, messages_json
 from .scripts import AUTHORED, DELETE_INDEX, RECORD_FORGET, REWRITE, SWEEP, Groups
@@ -54,6 +55,7 @@ async def scrub_author(
     compare-and-set, another pipeline); returns how many changed."""
     groups = list(g.all)
     target = user_target(author_id)
+    gone = (author_id,)  # the bot's answers to them go too (model.dialogue)
     changed = 0
     # A record a concurrent capture rewrote between our read and our write is read again;
     # one still listed after a few passes was captured anew after the scrub began.
@@ -77,7 +79,7 @@ async def scrub_author(
         def write(pipe: Any, writes: Sequence[tuple[int, str, str]] = writes) -> None:
             for group, key_json, m_raw in writes:
                 at, raw = json.loads(m_raw)
-                kept = [m for m in decode_messages(raw) if m.author_id != author_id]
+                kept = without_authors(decode_messages(raw), gone)
                 args = [
                     g.layout.base(group),
                     key_json,

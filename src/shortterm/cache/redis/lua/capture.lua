@@ -23,21 +23,39 @@ end
 -- Was any forget recorded after the write began? Only then can a purge concern it.
 local late = pos ~= '' and tonumber(redis.call('GET', P .. 'th') or '0') > tonumber(pos)
 
--- The scope's messages and authors without those of authors purged after `pos`.
+-- The scope's messages and authors without those of authors purged after `pos`, and without
+-- the bot's answers to them: the rule of shortterm.model.dialogue, decided on the messages as
+-- given (a bot message answers the nearest user message before it; before any, no one).
 local function unpurged(i, na)
-  local gone, au = {}, {}
+  local gone, au, any = {}, {}, false
   for a = 1, na do
-    local j = i + 3 * (a - 1)
-    local seq = late and redis.call('HGET', P .. 'tb', ARGV[j + 2])
-    if seq and tonumber(seq) > tonumber(pos) then gone[a] = true
-    else table.insert(au, ARGV[j + 1]) end
+    local seq = late and redis.call('HGET', P .. 'tb', ARGV[i + 3 * (a - 1) + 2])
+    if seq and tonumber(seq) > tonumber(pos) then gone[a] = true; any = true end
   end
+  local first = i
   i = i + 3 * na
   local nm = tonumber(ARGV[i])
   local kept = {}
+  if not any then
+    for a = 1, na do table.insert(au, ARGV[first + 3 * (a - 1) + 1]) end
+    for k = 1, nm do table.insert(kept, ARGV[i + 2 * k]) end
+    return kept, au, i + 1 + 2 * nm
+  end
+  -- A message is a JSON array whose first item is its role: '["user",...' or '["assistant",...'.
+  local held, answering = {}, false
   for k = 1, nm do
     local j = i + 2 * k - 1
-    if not gone[tonumber(ARGV[j])] then table.insert(kept, ARGV[j + 1]) end
+    local a, text = tonumber(ARGV[j]), ARGV[j + 1]
+    if string.sub(text, 1, 8) == '["user",' then answering = gone[a] == true end
+    if not answering and not gone[a] then
+      table.insert(kept, text)
+      held[a] = true
+    end
+  end
+  -- Only the authors still holding a message: an author whose messages were all answers to a
+  -- purged user is not listed, so the index stays exact.
+  for a = 1, na do
+    if held[a] then table.insert(au, ARGV[first + 3 * (a - 1) + 1]) end
   end
   return kept, au, i + 1 + 2 * nm
 end
