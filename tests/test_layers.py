@@ -22,6 +22,7 @@ LAYER = {
     "transfer": 4,
     "integrations": 4,
     "bench": 4,
+    "fake_model": 4,  # `shortterm fake-model`: a stand-alone server, a surface like the sidecar
 }
 
 
