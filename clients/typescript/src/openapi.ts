@@ -89,7 +89,7 @@ export interface MessageIn {
   content: string;
   author_id?: string | null;
   speaker?: string | null;
-  /** Epoch seconds; null means now. */
+  /** When the platform says the message was written, epoch seconds: pass it, so a forget's horizon can tell this message from what it covered. Null: the time its `message_id` tells when the sidecar runs with `--message-ids`; else it is stored as written now and taken as written before any forget (left out wherever one applies). */
   at?: number | null;
   message_id?: string | null;
   privacy?: "none" | "partial" | "full";

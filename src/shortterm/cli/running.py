@@ -40,6 +40,17 @@ def demo(store: str, cache: str, keep: bool) -> None:
 @memory_options
 @click.option("--quickstart", is_flag=True, help="Print three curl commands to try it with.")
 @click.option(
+    "--message-ids",
+    type=click.Choice(["discord", "slack"], case_sensitive=False),
+    envvar="SHORTTERM_MESSAGE_IDS",
+    show_envvar=True,
+    default=None,
+    help="The platform whose message ids tell when a message was written (Discord snowflakes, "
+    "Slack ts): a history message without `at` is then placed by its `message_id` against a "
+    "forget's horizon. Without it, such a message is taken as written before any forget. "
+    "[default: none]",
+)
+@click.option(
     "--distill-base-url",
     default=None,
     help="Distill due scopes in the background "
@@ -63,6 +74,7 @@ def serve(
     store: str,
     cache: str,
     quickstart: bool,
+    message_ids: str | None,
     distill_base_url: str | None,
     distill_model: str | None,
     distill_api_key: str | None,
@@ -74,6 +86,8 @@ def serve(
     token every route but /healthz and /readyz needs 'Authorization: Bearer <token>'.
     SHORTTERM_HOST, SHORTTERM_PORT, SHORTTERM_MAX_BODY_BYTES, SHORTTERM_TURN_TTL_S,
     SHORTTERM_MAX_TURNS and the library's SHORTTERM_* settings are read from the environment.
+    On Discord or Slack, pass --message-ids so a history message sent without `at` is placed
+    by its id when a forget's horizon is checked.
 
     \b
     Example: shortterm serve --quickstart --store sqlite:///bot.db
@@ -88,6 +102,8 @@ def serve(
     settings = SidecarSettings.from_env(os.environ, host=host, port=port)
     settings.check_exposure()
     config = Config.from_env(os.environ)
+    if message_ids is not None:  # the flag over the environment's SHORTTERM_MESSAGE_IDS
+        config = config.replace(message_ids=message_ids.lower())
     distiller = _distiller(distill_base_url, distill_model, distill_api_key, distill_interval)
     from ..sidecar.run import run
 

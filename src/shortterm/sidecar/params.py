@@ -54,6 +54,7 @@ ForgetAt = Annotated[
     Query(
         ge=0,
         lt=1e11,
+        allow_inf_nan=False,  # "nan" would otherwise fail as "not less than 1e11"
         description="The platform's time of the command, epoch seconds (a `/refresh` "
         "interaction's creation time): every message written up to it is never captured "
         "again, however often a later turn passes the platform's history. Default: the "

@@ -231,7 +231,13 @@ class MessageIn(StrictModel):
     content: Text
     author_id: Id | None = None
     speaker: Name | None = None
-    at: Epoch | None = Field(None, description="Epoch seconds; null means now.")
+    at: Epoch | None = Field(
+        None,
+        description="When the platform says the message was written, epoch seconds: pass it, "
+        "so a forget's horizon can tell this message from what it covered. Null: the time its "
+        "`message_id` tells when the sidecar runs with `--message-ids`; else it is stored as "
+        "written now and taken as written before any forget (left out wherever one applies).",
+    )
     message_id: Id | None = None
     privacy: PrivacyName = "none"
 
@@ -264,7 +270,14 @@ class ReplyIn(StrictModel):
 
 CAPTURE_EXAMPLE: dict[str, Any] = {
     "history": [
-        {"role": "user", "content": "Hike on Saturday?", "author_id": "111", "speaker": "Ana"}
+        {
+            "role": "user",
+            "content": "Hike on Saturday?",
+            "author_id": "111",
+            "speaker": "Ana",
+            "at": 1800000000.0,
+            "message_id": "1234567890123456789",
+        }
     ],
     "replies": [{"text": "Yes! Ridge trail, 8am.", "persona_id": "7", "persona_name": "Tomo"}],
 }
