@@ -103,6 +103,40 @@ export interface CallOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** What a forget takes last: `clearChannel`, `clearUser` and `putUserSettings`. */
+export interface ForgetOptions extends CallOptions {
+  /**
+   * The platform's time of the command (a `/forget` interaction's creation time): epoch
+   * seconds, or a `Date`. Every message written up to it is left out of later captures, however
+   * often a turn passes the platform's history again. Omitted: the sidecar's clock when the
+   * request arrives. More than 300 s ahead of that clock is a 422 {@link ShortTermError}.
+   */
+  at?: number | Date | undefined;
+}
+
+/**
+ * Epoch seconds, as the sidecar's times are: a `Date`, or a number already in seconds. A
+ * number of milliseconds (`Date.now()`, discord.js's `createdTimestamp`) is refused with a
+ * `TypeError` rather than sent as a time thirty thousand years ahead.
+ */
+export function epochSeconds(value: number | Date): number {
+  const seconds = value instanceof Date ? value.getTime() / 1000 : value;
+  if (typeof seconds !== "number" || !Number.isFinite(seconds) || seconds < 0) {
+    throw new TypeError(`shortterm: a time must be a Date or epoch seconds, not ${String(value)}`);
+  }
+  if (seconds >= 1e11) {
+    throw new TypeError(
+      `shortterm: ${seconds} is not epoch seconds (milliseconds? divide by 1000, or pass a Date)`,
+    );
+  }
+  return seconds;
+}
+
+/** A forget's query: its horizon, checked here so a wrong unit fails before it is sent. */
+function forgetQuery(at: number | Date | undefined): Query {
+  return { at: at === undefined ? undefined : epochSeconds(at) };
+}
+
 // -- errors -------------------------------------------------------------------------------------
 
 /** Every failure of this client is one of these. */
@@ -708,26 +742,41 @@ export class ShortTermClient {
     return this.#json("GET", path, SHAPES.userSettings, options);
   }
 
-  /** Replace a user's settings; `privacy: "full"` also forgets what was kept about them. */
-  putUserSettings(
+  /**
+   * Replace a user's settings; `privacy: "full"` also forgets what was kept about them, and
+   * keeps what they wrote up to `at` out of later captures (see {@link ForgetOptions}).
+   */
+  async putUserSettings(
     userId: string,
     settings: UserSettingsModel,
-    options: CallOptions = {},
+    options: ForgetOptions = {},
   ): Promise<UserSettingsModel> {
+    const { at, ...call } = options;
     const path = `/v1/users/${seg(userId)}/settings`;
-    return this.#json("PUT", path, SHAPES.userSettings, { ...options, body: settings });
+    const query = forgetQuery(at);
+    return this.#json("PUT", path, SHAPES.userSettings, { ...call, body: settings, query });
   }
 
   // -- deletion ---------------------------------------------------------------------------------
 
-  /** Forget a channel: every user, persona and scope of it. */
-  clearChannel(channelId: string, options: CallOptions = {}): Promise<DeletedOut> {
-    return this.#json("DELETE", `/v1/channels/${seg(channelId)}`, SHAPES.deleted, options);
+  /**
+   * Forget a channel: every user, persona and scope of it; and every message of it written up
+   * to `at` (the platform's time of the command), which later captures leave out.
+   */
+  async clearChannel(channelId: string, options: ForgetOptions = {}): Promise<DeletedOut> {
+    const { at, ...call } = options;
+    const path = `/v1/channels/${seg(channelId)}`;
+    return this.#json("DELETE", path, SHAPES.deleted, { ...call, query: forgetQuery(at) });
   }
 
-  /** Forget a user: their scopes, and their messages everywhere. */
-  clearUser(userId: string, options: CallOptions = {}): Promise<DeletedOut> {
-    return this.#json("DELETE", `/v1/users/${seg(userId)}`, SHAPES.deleted, options);
+  /**
+   * Forget a user: their scopes, their messages everywhere and the bot's answers to them; what
+   * they wrote up to `at` (the platform's time of the command) later captures leave out.
+   */
+  async clearUser(userId: string, options: ForgetOptions = {}): Promise<DeletedOut> {
+    const { at, ...call } = options;
+    const path = `/v1/users/${seg(userId)}`;
+    return this.#json("DELETE", path, SHAPES.deleted, { ...call, query: forgetQuery(at) });
   }
 
   /** Forget one channel's shared memory for one persona (none: the entry without one). */
