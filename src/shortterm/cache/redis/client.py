@@ -18,15 +18,13 @@ import difflib
 import functools
 import inspect
 import os
-import re
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -41,7 +39,6 @@ from redis.asyncio.connection import (
 from redis.asyncio.connection import Connection as TCPConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
-    Sentinel,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
@@ -61,7 +58,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...model import urls
 from ...model.errors import CacheUnavailable, ConfigError
+from .failures import RedisRefused, certificate_problem, explain, refused_for_good
 from .layout import DEFAULT_GROUPS
+from .sentinels import Sentinels
 
 __all__ = [
     "Calls",
@@ -71,6 +70,7 @@ __all__ = [
     "failure_bound_s",
     "open_url",
     "ping_master",
+    "refused_for_good",
 ]
 
 OWN_OPTIONS = ("prefix", "retries", "owner_complete_ttl_s", "safety_margin_s", "groups")
@@ -92,18 +92,6 @@ _TEXT_OPTIONS = (
 # What a sentinel's client takes (a TLS option the connection takes may not be among them).
 _REDIS_ARGS = frozenset(inspect.signature(aioredis.Redis.__init__).parameters)
 _FILE_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
-# OpenSSL's verify codes for a server certificate whose issuer we do not trust
-# (X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT and the self-signed ones), and for one made out to
-# another host name or address: what to change.
-_VERIFY_HINTS = {
-    **dict.fromkeys(
-        (2, 18, 19, 20, 21), " (is ssl_ca_certs the CA that signed the server's certificate?)"
-    ),
-    **dict.fromkeys((62, 64), " (connect by a name or address the certificate holds)"),
-}
-# The alerts of a server that refused the certificate we sent (or wanted one).
-_REFUSED_OURS = re.compile(r"CERTIFICATE|UNKNOWN_CA")
-_PEER = re.compile(r"(?:connecting to|reading from|writing to) (\S+?)\.?(?:\s|$)")
 _SOCKET_TIMEOUT_S = 5.0  # redis-py waits for ever by default; a partition must end a call
 _BACKOFF_CAP_S = 0.2
 # What a cluster answers while it moves slots or elects a master: the call is tried again
@@ -253,33 +241,6 @@ def _check_files(redis_url: str) -> None:
             raise ConfigError(f"{name}={value!r} in the Redis URL: no such file or directory")
 
 
-def certificate_problem(exc: BaseException) -> str | None:
-    """What was wrong with a certificate, when one failed the TLS handshake: the server's
-    (not signed by ``ssl_ca_certs``, expired, for another name) or the one we sent. Retrying
-    cannot help, so it fails the open (``RedisCache.repair``). redis-py keeps the ssl error
-    as the cause of its ConnectionError; ``None`` when there is none in ``exc``'s chain."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            hint = _VERIFY_HINTS.get(cause.verify_code, "")
-            return f"certificate verify failed: {cause.verify_message}{hint}"
-        if isinstance(cause, ssl.SSLError) and _REFUSED_OURS.search(cause.reason or ""):
-            return (
-                f"the server refused our certificate ({cause.reason}; check ssl_certfile "
-                "and ssl_keyfile)"
-            )
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
-def _peer(exc: BaseException) -> str:
-    """The address in redis-py's "Error 1 connecting to host:port. ..." (or reading from)."""
-    found = _PEER.search(str(exc))
-    return found.group(1) if found else "the server"
-
-
 def _parameters(cls: type) -> set[str]:
     """The keyword parameters of ``cls`` and of the ``__init__`` of every class it derives
     from (redis-py's connection classes pass ``**kwargs`` up)."""
@@ -322,6 +283,7 @@ def _sentinel_client(
     parts = urlsplit(redis_url)
     shown = urls.shown_url(url)
     master, _, db = parts.path.strip("/").partition("/")
+    master = unquote(master)  # a name with a space or a slash is percent-encoded in a URL
     if not master:
         raise ConfigError(
             f"{shown!r}: name the master the sentinels monitor "
@@ -338,7 +300,7 @@ def _sentinel_client(
     for option, argument in zip(SENTINEL_OPTIONS, ("username", "password"), strict=True):
         if option in options:
             on_sentinels[argument] = options[option]
-    manager = Sentinel(sentinels, sentinel_kwargs=on_sentinels)
+    manager = Sentinels(sentinels, sentinel_kwargs=on_sentinels)
     client: aioredis.Redis = manager.master_for(
         master, decode_responses=True, retry=retry, **kwargs
     )
@@ -464,15 +426,16 @@ class Calls:
                         await asyncio.sleep(pause)
                         pause = min(pause * 2, _BACKOFF_CAP_S)
         except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
+            explained = await explain(exc)
             reason = str(exc) or f"no answer within {bound:g} s"
-            message = f"Redis {what} failed: {reason}"
-            if (problem := certificate_problem(exc)) is not None:
-                # No command was sent: the certificate is the news, not which call it was.
-                reason = f"TLS handshake with {_peer(exc)} failed: {problem}"
-                message = f"Redis {reason}"
+            if explained is not None:
+                reason = explained.text
+            refused = explained is not None and explained.for_good
+            # Refused for good: the refusal is the news, not which call met it.
+            message = f"Redis {reason}" if refused else f"Redis {what} failed: {reason}"
             if failed is not None:
                 failed[id(self)] = f"Redis failed earlier in this call ({reason})"
-            raise CacheUnavailable(message) from exc
+            raise (RedisRefused if refused else CacheUnavailable)(message) from exc
         except (RedisError, RedisClusterException) as exc:
             if failed is not None and isinstance(exc, (*_TOPOLOGY_ERRORS, RedisClusterException)):
                 failed[id(self)] = f"Redis failed earlier in this call ({exc})"

@@ -73,7 +73,6 @@ from . import repair as redis_repair
 from .client import (
     Calls,
     Client,
-    certificate_problem,
     close_client,
     failure_bound_s,
     open_url,
@@ -363,7 +362,7 @@ class RedisCache(HotTier):
         the topology and the eviction policy. A Redis
         that does not answer is not an error here: the repair is tried again at the next
         call that follows the journal (this process's reads and writes fail on their own).
-        A certificate refused at the first contact is (``CacheUnavailable``): the open fails."""
+        At the first contact it is (``CacheUnavailable``): the open fails."""
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
         try:
@@ -372,8 +371,8 @@ class RedisCache(HotTier):
                 await self.check_eviction()
             return await redis_repair.repair(self._g, journal, self._token, now, to)
         except StoreUnavailable as exc:
-            if not self._server_checked and certificate_problem(exc) is not None:
-                raise  # at the first contact (the open): a refused certificate stays refused
+            if not self._server_checked:
+                raise  # the first contact, at open: a Redis never reached fails the open
             self._marks.due = True
             log.warning(
                 "shortterm could not replay the journal's forgets into Redis (tried again at "
@@ -389,7 +388,7 @@ class RedisCache(HotTier):
         if isinstance(self.client, RedisCluster):
             return
         try:
-            info = await self._calls.call("topology", lambda: self.client.info("cluster"))
+            info = await self._calls.call("open", lambda: self.client.info("cluster"))
         except StoreUnavailable as exc:
             if _refused_command(exc):
                 return
@@ -426,6 +425,7 @@ class RedisCache(HotTier):
                     "noeviction, or a forget may miss what Redis evicted",
                     exc,
                 )
+                self.eviction_unknown = True  # readiness does not ask (and warn) again
                 self._server_checked = True
                 return
             raise
