@@ -140,16 +140,16 @@ async def respond(
     bot_id: int,
     model: str,
     send: Send,
-    after: int | None = None,
 ) -> str | None:
     """One turn for ``message``; returns the reply, or ``None`` when the model had none.
 
-    ``earlier`` is the channel's recent history before ``message`` (any order), ``after`` the
-    snowflake of the channel's last ``/refresh``, ``send`` delivers one piece of the reply.
-    Nothing is captured unless every piece was delivered.
+    ``earlier`` is the channel's recent history before ``message`` (any order), as Discord
+    keeps it: after a ``/refresh`` or a purge the capture leaves out what the forget covered.
+    ``send`` delivers one piece of the reply. Nothing is captured unless every piece was
+    delivered.
     """
     # 1. What the channel said, as shortterm messages (names resolved, oldest first).
-    history = convert_history([*earlier, message], bot_id=bot_id, after=after)
+    history = convert_history([*earlier, message], bot_id=bot_id)
     # 2. The turn: who, where, and the text the long-term-intent gate reads.
     turn = memory.turn(**turn_kwargs(message, provider="openai"))
     # 3. What memory adds: other channels' memory, this channel's summary, maybe a nudge.
@@ -231,7 +231,6 @@ class MemoryBot(commands.Bot):
                     bot_id=self.user.id,
                     model=self.model,
                     send=send,
-                    after=self.memory_cog.history_after(message.channel.id),
                 )
             except APIError as exc:
                 log.warning("the model failed: %s", type(exc).__name__)

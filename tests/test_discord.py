@@ -299,7 +299,6 @@ async def test_refresh_without_manage_messages_is_refused_and_clears_nothing(
     entry = await memory.get(key)
     assert entry is not None
     assert entry.summary == "Hike on Saturday: ridge trail, 8am."
-    assert cog.history_after(GENERAL_ID) is None
 
 
 async def test_refresh_with_manage_messages_clears_the_channel_durably(
@@ -315,9 +314,21 @@ async def test_refresh_with_manage_messages_clears_the_channel_durably(
     assert answer.content.startswith("Done: I forgot this channel's recent conversation")
     assert await memory.get(key) is None
     assert await memory.get(shortterm.ScopeKey.user(str(ANA_ID), str(GENERAL_ID))) is None
-    assert cog.history_after(GENERAL_ID) == interaction.id
     async with shortterm.open(store=f"sqlite:///{tmp_path / 'bot.db'}") as reopened:
         assert await reopened.get(key) is None
+
+
+async def test_history_after_still_answers_for_one_release_and_warns(
+    world: World, memory: shortterm.Memory
+) -> None:
+    cog = MemoryCog(memory)
+    with pytest.warns(DeprecationWarning, match="every process and after a restart"):
+        assert cog.history_after(GENERAL_ID) is None
+    interaction = world.interaction("refresh", permissions=MANAGE_MESSAGES, minutes=9)
+    with recording():
+        await cog.refresh_command.callback(cog, interaction)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert cog.history_after(GENERAL_ID) == interaction.id
 
 
 async def test_refresh_in_a_dm_needs_no_permission(world: World, memory: shortterm.Memory) -> None:

@@ -20,16 +20,19 @@ import pytest
 from openai import AsyncOpenAI
 
 import shortterm
+from shortterm.integrations.discord import MemoryCog
 from shortterm.integrations.discord_offline import (
     ANA_ID,
     BEN_ID,
     BOT_ID,
     GENERAL_ID,
     GUILD_ID,
+    MANAGE_MESSAGES,
     PLANS_ID,
     T0,
     World,
     make_world,
+    recording,
 )
 from shortterm.tool import texts
 from tests.fake_model_process import fake_model_process
@@ -172,26 +175,29 @@ async def test_the_next_turn_sees_the_summary(
 
 
 async def test_messages_before_a_refresh_are_not_captured_again(
-    example: ModuleType, world: World, memory: shortterm.Memory
+    example: ModuleType, world: World, db: Path
 ) -> None:
+    """The example passes the channel's history as Discord keeps it; after a /refresh (here
+    in a process that then stopped) its next turn captures only what came after."""
     general = world.channel(GENERAL_ID)
     forgotten = world.message(general, BEN_ID, "secret plan", minutes=1)
-    message = world.message(general, ANA_ID, "fresh start", minutes=5)
-    channel = Channel()
-    with ScriptedModel([text("Hi!")]) as model:
-        async with AsyncOpenAI(base_url=model.base_url, api_key="test") as llm:
-            await example.respond(
-                memory,
-                llm,
-                message,
-                [forgotten],
-                bot_id=BOT_ID,
-                model="m",
-                send=channel.send,
-                after=forgotten.id,
+    async with shortterm.open(store=f"sqlite:///{db}", clock=FakeClock(NOW)) as before:
+        cog = MemoryCog(before)
+        with recording():
+            await cog.refresh_command.callback(
+                cog, world.interaction("refresh", permissions=MANAGE_MESSAGES, minutes=5)
             )
-    assert all("secret plan" not in m["content"] for m in model.requests[0]["messages"])
-    entry = await memory.get(shortterm.ScopeKey.server(str(GUILD_ID), str(GENERAL_ID)))
+    message = world.message(general, ANA_ID, "fresh start", minutes=6)
+    earlier = [m async for m in general.history(limit=20, before=message)]
+    assert [m.id for m in earlier] == [forgotten.id]  # Discord still holds it
+    channel = Channel()
+    async with shortterm.open(store=f"sqlite:///{db}", clock=FakeClock(NOW)) as memory:
+        with ScriptedModel([text("Hi!")]) as model:
+            async with AsyncOpenAI(base_url=model.base_url, api_key="test") as llm:
+                await example.respond(
+                    memory, llm, message, earlier, bot_id=BOT_ID, model="m", send=channel.send
+                )
+        entry = await memory.get(shortterm.ScopeKey.server(str(GUILD_ID), str(GENERAL_ID)))
     assert entry is not None
     assert [m.content for m in entry.messages] == ["fresh start", "Hi!"]
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ..model.errors import ExtraMissing, StoreUnavailable
+from ..model.horizons import HORIZON_AHEAD_S
 
 try:
     import discord
@@ -170,8 +172,9 @@ def convert_history(
     """Messages oldest first (``channel.history()`` yields newest first; either order works),
     converted with :func:`convert_message`; those with nothing to keep are left out.
 
-    ``after``: a message id or snowflake; only later messages are kept (pass
-    :meth:`MemoryCog.history_after` so a ``/refresh`` is not undone by the next capture).
+    ``after``: a message id or snowflake; only later messages are kept. A ``/refresh`` or a
+    purge needs none: a capture leaves out what a forget covers, placed by each message's
+    ``at`` (its creation time), in every process and after a restart.
     """
     ordered = sorted(messages, key=lambda m: m.id)
     out = []
@@ -307,7 +310,8 @@ class MemoryCog(commands.Cog):
     """``/refresh`` and ``/memory`` for one memory (and one persona's view of it).
 
     ``/refresh`` forgets this channel's short-term memory: every user, persona and scope of
-    the channel. In a server it needs Manage Messages (the command is also hidden from
+    the channel, and (from the time Discord ran the command) every message of the channel's
+    history written before it, which no later capture in any process takes again. In a server it needs Manage Messages (the command is also hidden from
     members without it by default); in a DM the one person there may always use it.
     ``/memory`` shows, only to whoever asks, what the persona remembers of this channel.
     Both answer ephemerally.
@@ -319,17 +323,41 @@ class MemoryCog(commands.Cog):
         self.memory = memory
         self.persona_id = persona_id
         self.bot_name = bot_name
-        # channel id -> the /refresh interaction's id (a snowflake, so a point in time).
+        # channel id -> the /refresh interaction's id, for the deprecated history_after.
         self._refreshed: dict[int, int] = {}
 
     def history_after(self, channel_id: int) -> int | None:
-        """The snowflake of this channel's last ``/refresh`` in this process, or ``None``.
+        """Deprecated: the snowflake of this channel's last ``/refresh`` in this process.
 
-        Pass it as ``convert_history(..., after=...)`` (or ``channel.history(after=
-        discord.Object(id))``): a turn right after a refresh must not capture the messages the
-        refresh just forgot, which are still in the channel's history.
+        Not needed any more: ``/refresh`` records its moment with the forget, and every
+        capture, in every process and after a restart, leaves out the channel's messages
+        written up to it. Kept for one release.
         """
+        warnings.warn(
+            "MemoryCog.history_after is deprecated and will be removed: /refresh now records "
+            "the moment it covers, and every capture leaves out the messages written up to it, "
+            "in every process and after a restart; pass the channel's history as it is",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._refreshed.get(channel_id)
+
+    def platform_time(self, interaction: discord.Interaction[Any]) -> float:
+        """When Discord ran ``interaction`` (its snowflake's time), the moment a forget it
+        asks for covers: the channel's messages are placed on the same clock. Held to at
+        most ``HORIZON_AHEAD_S`` past the memory's clock, the most a forget accepts: a host
+        clock running behind Discord's would otherwise make the command fail."""
+        at = interaction.created_at.timestamp()
+        latest = self.memory.clock() + HORIZON_AHEAD_S
+        if at > latest:
+            log.warning(
+                "this host's clock is %.0f s behind Discord's: a forget covers the messages "
+                "up to %.0f s before the command (set the clock, e.g. with NTP)",
+                at - latest + HORIZON_AHEAD_S,
+                at - latest,
+            )
+            return latest
+        return at
 
     @app_commands.command(name="refresh", description="Forget what I remember of this channel")
     @app_commands.default_permissions(manage_messages=True)
@@ -342,7 +370,10 @@ class MemoryCog(commands.Cog):
             await interaction.response.send_message(REFRESH_REFUSED, ephemeral=True)
             return
         try:
-            cleared = await self.memory.clear_channel(str(channel_id))
+            # Discord keeps the channel's messages and the bot passes them to every capture:
+            # the forget records the command's moment, and nothing written up to it returns.
+            at = self.platform_time(interaction)
+            cleared = await self.memory.clear_channel(str(channel_id), at=at)
         except StoreUnavailable:
             log.warning("shortterm /refresh failed: the durable tier is unavailable")
             await interaction.response.send_message(

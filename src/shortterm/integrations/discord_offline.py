@@ -12,11 +12,13 @@
 A ``commands.Bot`` is constructed but never logged in; its connection state parses a
 GUILD_CREATE payload as the gateway would send it, and messages and interactions are built from
 their payload dicts by discord.py's own constructors, so they behave as received ones do
-(mentions, member nicknames, replies, threads, permissions). The one stand-in is
-:class:`RecordingAdapter` (see :func:`recording`): discord.py sends an interaction's answer
-through a webhook adapter held in a context variable, and this one records the request instead
-of posting it. ``examples/discord_offline.py`` runs the example bot's turns on these objects
-against ``shortterm fake-model``.
+(mentions, member nicknames, replies, threads, permissions). Two stand-ins: the bot's
+``http.logs_from`` answers ``channel.history()`` from the messages built here, as Discord keeps
+a channel's history (:meth:`World.logs_from`); and :class:`RecordingAdapter` (see
+:func:`recording`): discord.py sends an interaction's answer through a webhook adapter held in a
+context variable, and this one records the request instead of posting it.
+``examples/discord_offline.py`` runs the example bot's turns on these objects against
+``shortterm fake-model``.
 
 The guild: ``Hikers`` (:data:`GUILD_ID`) with ``#general``, ``#plans`` and a thread
 ``saturday-hike`` under ``#general``; the bot ``Tomo`` (:data:`BOT_ID`), ``Ana B.``
@@ -298,6 +300,28 @@ class World:
         self.payloads[int(data["id"])] = data
         return discord.Message(state=self.state, channel=channel, data=data)  # type: ignore[arg-type]
 
+    async def logs_from(
+        self,
+        channel_id: int,
+        limit: int,
+        before: int | None = None,
+        after: int | None = None,
+        around: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Discord's answer to ``GET /channels/{id}/messages``, which ``channel.history()``
+        asks: of the messages built here in that channel, the newest ``limit`` before
+        ``before``, or the oldest ``limit`` after ``after``; newest first either way, as
+        Discord sends them. Installed as the bot's ``http.logs_from`` by :func:`make_world`."""
+        if around is not None:
+            raise InvalidInput("around", around, "None: the offline history serves before/after")
+        ids = sorted(
+            i for i, data in self.payloads.items() if data["channel_id"] == str(channel_id)
+        )
+        if before is not None:
+            ids = [i for i in ids if i < int(before)]
+        ids = [i for i in ids if i > int(after)][:limit] if after is not None else ids[-limit:]
+        return [self.payloads[i] for i in reversed(ids)]
+
     def interaction(
         self,
         name: str,
@@ -306,10 +330,13 @@ class World:
         channel_id: int | None = GENERAL_ID,
         permissions: int = SEND_MESSAGES,
         dm: bool = False,
+        minutes: float = 60,
     ) -> discord.Interaction[commands.Bot]:
-        """An INTERACTION_CREATE payload (a slash command) made into a ``discord.Interaction``."""
+        """An INTERACTION_CREATE payload (a slash command) made into a ``discord.Interaction``;
+        ``minutes`` after T0 (its snowflake, hence ``created_at``: the platform's time of the
+        command, which a ``/refresh`` passes as its forget's horizon)."""
         data: dict[str, Any] = {
-            "id": str(discord.utils.time_snowflake(T0 + timedelta(hours=1))),
+            "id": str(discord.utils.time_snowflake(T0 + timedelta(minutes=minutes))),
             "application_id": str(BOT_ID),
             "type": 2,
             "token": "interaction-token",
@@ -350,7 +377,10 @@ def make_world(bot: commands.Bot | None = None) -> World:
     me: Any = USERS[BOT_ID]
     state.user = discord.ClientUser(state=state, data=me)  # what login() sets
     state.parse_guild_create(guild_create())  # as the gateway delivers it
-    return World(bot)
+    world = World(bot)
+    # channel.history() asks Discord over HTTP: the world answers from what it built.
+    bot.http.logs_from = world.logs_from  # type: ignore[method-assign,assignment]
+    return world
 
 
 def webhook_author(name: str) -> dict[str, Any]:
