@@ -356,6 +356,121 @@ async def test_progress_is_reported_up_to_the_whole_file(
     assert seen[-1] == ImportProgress(path.stat().st_size, path.stat().st_size, 600)
 
 
+# -- after a clear or a purge -----------------------------------------------------------------
+
+
+def minute(n: float) -> float:
+    return (START + timedelta(minutes=n)).timestamp()
+
+
+@pytest.mark.parametrize("where", ["same process", "other process", "restart"])
+async def test_an_import_after_a_clear_brings_back_none_of_what_it_covered(
+    where: str, db: Path, tmp_path: Path
+) -> None:
+    """An export still holds what a clear forgot; the import leaves it out, in the process
+    that cleared, in another one already running, and in one started after the clear."""
+    chat = [message(i, ANA if i % 2 else BEN, f"line {i}") for i in range(8)]
+    path = write(tmp_path, export(chat))
+    store = f"sqlite:///{db}"
+    async with (
+        shortterm.open(store=store, clock=FakeClock(NOW)) as clearing,
+        shortterm.open(store=store, clock=FakeClock(NOW)) as other,
+    ):
+        await clearing.clear_channel(CHANNEL, at=minute(4.5))
+        if where != "restart":
+            report = await import_export_file(clearing if where == "same process" else other, path)
+            entry = await (clearing if where == "same process" else other).get(SERVER_KEY)
+    if where == "restart":
+        async with shortterm.open(store=store, clock=FakeClock(NOW)) as restarted:
+            report = await import_export_file(restarted, path)
+            entry = await restarted.get(SERVER_KEY)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["line 5", "line 6", "line 7"]
+    assert (report.imported, report.messages_kept, report.skipped_forgotten) == (3, 3, 5)
+    assert report.first_at == minute(5)
+    assert "5 covered by a forget" in report.describe()[0]
+
+
+async def test_an_import_after_a_purge_leaves_out_her_words_and_the_answers_to_them(
+    memory: shortterm.Memory, tmp_path: Path
+) -> None:
+    chat = [
+        message(0, ANA, "hello"),
+        message(1, BOT, "hi Ana"),
+        message(2, BEN, "my door code is 4411"),
+        message(3, BOT, "noted: 4411"),  # answers Ben, and retells him
+        message(4, ANA, "hike on Saturday?"),
+        message(5, BOT, "Saturday at 8"),
+        message(7, BEN, "I am back"),  # after the purge: new
+        message(8, BOT, "welcome back"),
+    ]
+    await memory.clear_user(BEN, at=minute(6))
+    report = await import_export_file(memory, write(tmp_path, export(chat)))
+    entry = await memory.get(SERVER_KEY)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == [
+        "hello",
+        "hi Ana",
+        "hike on Saturday?",
+        "Saturday at 8",
+        "I am back",
+        "welcome back",
+    ]
+    assert (report.imported, report.skipped_forgotten) == (6, 2)
+
+
+async def test_the_answer_to_a_purged_message_just_older_than_the_import_stays_out(
+    memory: shortterm.Memory, tmp_path: Path
+) -> None:
+    """The newest ten messages begin with the bot's answer to Ben's message, the eleventh:
+    it answers him (and retells him), though his message is not among those imported."""
+    chat = [message(0, BEN, "my door code is 4411"), message(1, BOT, "noted: 4411")]
+    chat += [message(i, ANA, f"line {i}") for i in range(2, 11)]
+    await memory.clear_user(BEN, at=minute(1.5))
+    await import_export_file(memory, write(tmp_path, export(list(reversed(chat)))))
+    entry = await memory.get(SERVER_KEY)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == [f"line {i}" for i in range(2, 11)]
+
+
+async def test_a_full_choice_takes_the_answers_to_what_she_said_before_it(
+    memory: shortterm.Memory, tmp_path: Path
+) -> None:
+    chat = [
+        message(0, ANA, "hello"),
+        message(1, BOT, "hi Ana"),
+        message(2, BEN, "my door code is 4411"),
+        message(3, BOT, "noted: 4411"),
+        message(4, ANA, "hike on Saturday?"),
+        message(5, BOT, "Saturday at 8"),
+    ]
+    full = shortterm.UserSettings(privacy=shortterm.Privacy.FULL)
+    await memory.configure_user(BEN, full, at=minute(6))
+    report = await import_export_file(memory, write(tmp_path, export(chat)))
+    entry = await memory.get(SERVER_KEY)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == [
+        "hello",
+        "hi Ana",
+        "hike on Saturday?",
+        "Saturday at 8",
+    ]
+    assert report.skipped_private == 1
+
+
+async def test_an_import_that_a_clear_covers_whole_writes_nothing(
+    memory: shortterm.Memory, tmp_path: Path, db: Path
+) -> None:
+    await memory.clear_channel(CHANNEL, at=minute(10))
+    chat = [message(0, ANA, "hi"), message(1, BOT, "hello")]
+    report = await import_export_file(memory, write(tmp_path, export(chat)))
+    assert report.key is None
+    assert report.skipped_forgotten == 2
+    assert report.reason == "a clear or a purge covers every message of the file"
+    assert await memory.get(SERVER_KEY) is None
+    assert rows(db) == []
+
+
 # -- DMs ------------------------------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ class ImportReport:
     imported: int = 0  # of those, taken from the file
     skipped_system: int = 0
     skipped_empty: int = 0
+    skipped_forgotten: int = 0  # covered by a clear or a purge (the platform keeps them)
     first_at: float | None = None  # the oldest and newest imported message
     last_at: float | None = None
     process_local: bool = False  # the messages live in this process's hot tier only
@@ -66,7 +67,9 @@ class ImportReport:
         lines = [
             f"{verb} {self.imported} message(s) into #{self.channel_name or self.channel_id} "
             f"({self.messages_kept} kept; skipped {self.skipped_system} system, "
-            f"{self.skipped_empty} empty, {self.skipped_private} by full-privacy authors)"
+            f"{self.skipped_empty} empty, {self.skipped_private} by full-privacy authors"
+            + (f", {self.skipped_forgotten} covered by a forget" if self.skipped_forgotten else "")
+            + ")"
         ]
         if self.process_local and not self.dry_run:
             lines.append(

@@ -17,7 +17,9 @@ and the export says nothing about the bot's persona. A one-to-one DM has no serv
 goes to the user scope of its one human participant (skipped when that user chose partial or
 full privacy); group DMs are refused. Messages merge with what the scope already holds (by
 message id, newest kept), summaries and categories are untouched, and the cadence counter does
-not move (an import is not a bot turn).
+not move (an import is not a bot turn). An export is the platform's history: what a clear, a
+purge or a full privacy choice covered (by the export's timestamps) is left out, and the bot's
+answers to a purged user's messages with them, as from a live turn.
 
 Which messages: ``Default`` and ``Reply`` messages and slash-command answers; system notices
 (joins, pins, calls, renames, …) are skipped. Authors with full privacy are dropped. Bots are

@@ -37,21 +37,32 @@ class _Tally:
 
 
 class _Newest:
-    """The newest ``limit`` messages seen, in any arrival order (exports can be newest-first)."""
+    """The newest ``limit`` messages seen, in any arrival order (exports can be newest-first),
+    and the newest person's message older than all of them (:attr:`lead`)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.heap: list[tuple[float, int, Parsed]] = []
+        self.heap: list[tuple[float, int, Parsed, bool]] = []
+        self._lead: tuple[float, int, Parsed, bool] | None = None
 
-    def add(self, parsed: Parsed) -> None:
-        item = (parsed.at, parsed.order, parsed)
+    def add(self, parsed: Parsed, *, person: bool) -> None:
+        item = (parsed.at, parsed.order, parsed, person)
         if len(self.heap) < self.limit:
             heapq.heappush(self.heap, item)
-        elif item[:2] > self.heap[0][:2]:
-            heapq.heapreplace(self.heap, item)
+            return
+        if item[:2] > self.heap[0][:2]:
+            item = heapq.heapreplace(self.heap, item)  # the one that leaves the window
+        if item[3] and (self._lead is None or item[:2] > self._lead[:2]):
+            self._lead = item
+
+    @property
+    def lead(self) -> Parsed | None:
+        """The message the bot's first answers in the window answer (theirs lies outside it):
+        a forget that covers it covers them too."""
+        return None if self._lead is None else self._lead[2]
 
     def oldest_first(self) -> Iterator[Parsed]:
-        return (p for _, _, p in sorted(self.heap, key=lambda i: i[:2]))
+        return (p for _, _, p, _ in sorted(self.heap, key=lambda i: i[:2]))
 
 
 def _messages(reader: JsonStream, tally: _Tally, max_chars: int) -> Iterator[Parsed | str]:
@@ -129,7 +140,7 @@ async def import_export_file(
     header: dict[str, Any] = {}
     header_at: dict[str, tuple[int, int]] = {}
     humans: set[str] = set()
-    private: dict[str, bool] = {}
+    private: dict[str, bool] = {}  # author id -> chose full privacy
     seen_messages = False
 
     told = as_snapshots(progress, file) if isinstance(progress, Progress) else progress
@@ -167,15 +178,17 @@ async def import_export_file(
                                 tally.empty += 1
                             continue
                         author = item.author
-                        if not is_bot(author, bots) and len(humans) < 3:
+                        person = not is_bot(author, bots)
+                        if person and len(humans) < 3:
                             humans.add(author.id)
                         if author.id not in private:
                             settings = await memory.user_settings(author.id)
                             private[author.id] = rules.is_forgotten(settings)
                         if private[author.id]:
                             tally.private += 1
-                            continue
-                        newest.add(item)
+                        # Kept until the forgets are applied (then left out): the bot's
+                        # answers to her go with what she said before her choice.
+                        newest.add(item, person=person)
                 else:
                     value, start = reader.value(key)
                     if key in ("guild", "channel"):  # the rest of the header is not needed
@@ -213,6 +226,7 @@ async def import_export_file(
         tally,
         file=file,
         humans=humans,
+        private={a for a, full in private.items() if full},
         bots=bots,
         persona_id=persona_id,
         lineage=persona_lineage_id,
@@ -228,12 +242,15 @@ async def _write(
     *,
     file: str,
     humans: set[str],
+    private: set[str],
     bots: frozenset[str] | None,
     persona_id: str | None,
     lineage: str | None,
     dry_run: bool,
 ) -> ImportReport:
     name = Path(file).name
+
+    forgotten = 0  # covered by a clear or a purge
 
     def report(
         key: ScopeKey | None, kept: int, imported: list[Message], reason: str | None
@@ -251,6 +268,7 @@ async def _write(
             skipped_system=tally.system,
             skipped_empty=tally.empty,
             skipped_private=tally.private,
+            skipped_forgotten=forgotten,
             first_at=imported[0].at if imported else None,
             last_at=imported[-1].at if imported else None,
             process_local=isinstance(memory.cache, InProcessCache),
@@ -258,17 +276,17 @@ async def _write(
             reason=reason,
         )
 
-    messages = [
-        Message(
+    def message(p: Parsed) -> Message:
+        return Message(
             "assistant" if is_bot(p.author, bots) else "user",
             p.content,
             author_id=p.author.id,
             speaker=p.author.speaker,
-            at=p.at,
+            at=p.at,  # the export's time: a forget's horizon places it
             message_id=p.message_id,
         )
-        for p in newest.oldest_first()
-    ]
+
+    messages = [message(p) for p in newest.oldest_first()]
     settings: ServerSettings | None = None  # a DM has no server's settings
     if where.server_id is not None:
         key = ScopeKey.server(where.server_id, where.channel_id, persona_id)
@@ -288,11 +306,21 @@ async def _write(
         if not rules.keeps_personal(await memory.user_settings(user_id)):
             return report(None, 0, [], "the DM's user keeps no personal memory (privacy)")
         key = ScopeKey.user(user_id, where.channel_id, persona_id)
-    if not messages:
+    if not any(m.author_id not in private for m in messages):
         return report(None, 0, [], "no dialogue messages to import")
 
     # Merge with what the scope holds (a live turn may have captured newer messages).
     fence = await memory.begin_write()
+    # The export is the platform's history: what a clear or a purge covered (the journal is
+    # followed to the fence) stays out, before it takes a place among the newest. The write
+    # would drop it too, but the report would count it, and an answer to a purged message
+    # just older than the window would look like nobody's there.
+    lead = None if newest.lead is None else message(newest.lead)
+    messages, forgotten = _outside_forgets(memory, key, messages, lead)
+    messages = [m for m in messages if m.author_id not in private]
+    if not messages:
+        reason = "a clear or a purge covers every message of the file"
+        return report(None, 0, [], reason if forgotten else "no dialogue messages to import")
     existing = await memory.get(key)
     held = existing.messages if existing is not None else ()
     ids = {m.message_id for m in held if m.message_id is not None}
@@ -317,6 +345,26 @@ async def _write(
     if not await memory.write(plan, fence=fence):
         return report(None, 0, [], "the channel was cleared while importing")
     return report(key, len(keep), taken, None)
+
+
+def _outside_forgets(
+    memory: Memory, key: ScopeKey, messages: list[Message], lead: Message | None
+) -> tuple[list[Message], int]:
+    """``messages`` without what a forget's horizon covers, and how many went. ``lead``, the
+    person's message just before them, places the bot's first answers (it is not kept)."""
+    window = messages if lead is None else [lead, *messages]
+    kept, dropped = rules.outside_horizons(
+        window,
+        channel_id=key.channel_id,
+        triggerer=key.owner_id if key.kind == "user" else None,
+        horizons=memory.journal.horizons,
+        ids=memory.config.message_ids,
+    )
+    if lead is None:
+        return list(kept), dropped
+    if kept and kept[0] is lead:
+        return list(kept[1:]), dropped
+    return list(kept), dropped - 1
 
 
 def _when(m: Message) -> tuple[float, int]:
