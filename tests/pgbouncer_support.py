@@ -46,7 +46,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(pg_url: str, port: int, auth_file: Path) -> str:
+def _config(pg_url: str, port: int, auth_file: Path, mode: str, pool_size: int) -> str:
     server = conninfo_to_dict(pg_url)
     target = " ".join(
         f"{name}={server[key]}"
@@ -64,8 +64,8 @@ pidfile =
 logfile =
 auth_type = trust
 auth_file = {auth_file}
-pool_mode = transaction
-default_pool_size = {POOL_SIZE}
+pool_mode = {mode}
+default_pool_size = {pool_size}
 max_client_conn = 500
 """
 
@@ -90,9 +90,12 @@ def _through(pg_url: str, port: int) -> str:
 
 
 @contextmanager
-def running_pgbouncer(pg_url: str) -> Iterator[str]:
-    """PgBouncer (transaction mode) in front of ``pg_url``'s server; yields ``pg_url`` as seen
-    through it (same user and database, its address)."""
+def running_pgbouncer(
+    pg_url: str, *, mode: str = "transaction", pool_size: int = POOL_SIZE
+) -> Iterator[str]:
+    """PgBouncer (``mode``: transaction by default, or session) in front of ``pg_url``'s
+    server, with ``pool_size`` server connections; yields ``pg_url`` as seen through it (same
+    user and database, its address)."""
     require_pgbouncer()
     directory = Path(tempfile.mkdtemp(prefix="stm-pgbouncer-"))
     server = conninfo_to_dict(pg_url)
@@ -100,7 +103,7 @@ def running_pgbouncer(pg_url: str) -> Iterator[str]:
     user = server.get("user") or os.environ.get("PGUSER") or getpass.getuser()  # libpq's default
     auth_file.write_text(f'"{user}" "{server.get("password", "")}"\n')
     port = _free_port()
-    (directory / "pgbouncer.ini").write_text(_config(pg_url, port, auth_file))
+    (directory / "pgbouncer.ini").write_text(_config(pg_url, port, auth_file, mode, pool_size))
     log = (directory / "pgbouncer.log").open("w")
     proc = subprocess.Popen(
         [PGBOUNCER, *_user_args(), str(directory / "pgbouncer.ini")], stdout=log, stderr=log

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from ...model.errors import ConfigError, StoreUnavailable
+from ...model.errors import ConfigError, ShortTermError, StoreUnavailable
 from ...model.urls import shown_url
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "pooler_hint",
     "recheck",
     "refusal",
+    "server_hint",
     "tls_problem",
     "unreachable",
     "watched_connection",
@@ -144,7 +145,14 @@ async def unreachable(conninfo: str) -> str | None:
     return None
 
 
-async def first_contact(conninfo: str, kwargs: dict[str, Any], what: str) -> None:
+async def first_contact(
+    conninfo: str,
+    kwargs: dict[str, Any],
+    what: str,
+    *,
+    listen: bool = False,
+    pooler_said: bool = False,
+) -> None:
     """One direct connection before the pool opens. The pool retries a failed connection
     until ``pool_timeout_s`` (a warning logged per attempt) and then reports a timeout; a
     server that refuses the login (no such role or database, authentication failed), a
@@ -152,7 +160,11 @@ async def first_contact(conninfo: str, kwargs: dict[str, Any], what: str) -> Non
     answer later either, so that fails at once, with libpq's or the server's own words or
     naming the address and the cause.
     Anything else (a silent server, one still starting up) is left to the pool and the
-    operation's timeout, as before."""
+    operation's timeout, as before.
+
+    Once connected, what the server is (:func:`_check_server`): a standby, or a pooler in
+    transaction mode where none was said (``pooler_said``) or where a LISTEN must hold
+    (``listen``: the connection is ``listen_url``'s), is refused with the fix."""
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.OperationalError as exc:
@@ -166,7 +178,86 @@ async def first_contact(conninfo: str, kwargs: dict[str, Any], what: str) -> Non
         if cause is not None:
             raise StoreUnavailable(f"PostgreSQL {what} failed: {cause}") from exc
         return
-    await conn.close()
+    try:
+        await _check_server(conn, conninfo, kwargs, listen=listen, pooler_said=pooler_said)
+    except psycopg.Error:
+        pass  # a server that fails these reads fails the pool's operations too, in its words
+    finally:
+        await conn.close()
+
+
+async def _check_server(
+    conn: Conn, conninfo: str, kwargs: dict[str, Any], *, listen: bool, pooler_said: bool
+) -> None:
+    """Refuse a standby (it takes no write, and no LISTEN), and a pooler in transaction mode
+    the URL does not say (``pooler=transaction``), or behind ``listen_url``: a LISTEN there
+    holds only until the transaction ends. A pooler shows itself by the backend id it gives
+    us, which is not its server's (``pg_backend_pid()``); one in transaction mode by handing
+    our server session to another connection of ours between two transactions."""
+    await conn.set_autocommit(True)
+    cur = await conn.execute("SELECT pg_backend_pid(), pg_is_in_recovery()", prepare=False)
+    row = await cur.fetchone()
+    assert row is not None
+    pid, standby = row
+    where = f"{conn.info.host}:{conn.info.port}"
+    if standby:
+        raise _standby(conninfo, where, listen)
+    if pid == conn.info.backend_pid or (pooler_said and not listen):
+        return
+    if not await _hands_sessions_on(conn, pid, conninfo, kwargs):
+        return  # a pooler in session mode keeps our session ours: nothing to say
+    if listen:
+        raise ConfigError(
+            f"listen_url reaches {where}, a pooler in transaction mode (it gave our session to "
+            "another connection), where a LISTEN is lost when the transaction ends: give the "
+            "server's own address, or leave listen_url out to poll the journal"
+        )
+    raise ConfigError(
+        f"the store URL reaches {where}, a pooler in transaction mode (it gave our session to "
+        "another connection): add pooler=transaction to it, so nothing is prepared there"
+    )
+
+
+_POOLER_ROUNDS = 3  # another client may take the session first: a few tries
+
+
+async def _hands_sessions_on(conn: Conn, pid: int, conninfo: str, kwargs: dict[str, Any]) -> bool:
+    """Whether a second connection, asking after ``conn``'s transaction ended, is served by
+    ``conn``'s server session (``pid``): only a pooler in transaction (or statement) mode does
+    that; in session mode the session stays ``conn``'s while it is connected. A pooler reuses
+    its newest idle session first (PgBouncer's default), so one try mostly tells."""
+    other = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
+    try:
+        for _ in range(_POOLER_ROUNDS):
+            if await _server_pid(other) == pid:
+                return True
+            pid = await _server_pid(conn)
+        return False
+    finally:
+        await other.close()
+
+
+async def _server_pid(conn: Conn) -> int:
+    cur = await conn.execute("SELECT pg_backend_pid()", prepare=False)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _standby(conninfo: str, where: str, listen: bool) -> ShortTermError:
+    """The error for a standby reached: with several hosts, the option that picks the primary."""
+    params = conninfo_to_dict(conninfo)
+    several = any("," in str(params.get(key) or "") for key in ("host", "hostaddr", "port"))
+    url = "listen_url" if listen else "the store URL"
+    if several:
+        return ConfigError(
+            f"PostgreSQL at {where}, the first host of {url} that answered, is a standby "
+            "(read-only): add target_session_attrs=read-write to it, so libpq picks the primary"
+        )
+    return StoreUnavailable(
+        f"PostgreSQL at {where} is a standby (read-only, in recovery): point {url} at the "
+        "primary, or list both with target_session_attrs=read-write"
+    )
 
 
 async def recheck(pool: Pool) -> None:
@@ -177,18 +268,34 @@ async def recheck(pool: Pool) -> None:
 
 
 # A prepared statement that is missing, or already there, on a connection that never prepared
-# it: a pooler in transaction mode handed us another client's server connection.
+# it: a pooler in transaction mode handed us another client's server connection. Or one of
+# the same name that takes other parameters (08P01: "bind message supplies 41 parameters, but
+# prepared statement "_pg3_3" requires 2").
 _POOLED_STATES = frozenset({"26000", "42P05"})
+_READ_ONLY_STATE = "25006"
 
 
 def pooler_hint(exc: psycopg.Error) -> str:
     """For an error that says the URL leads to a transaction pooler, how to say so."""
-    if getattr(exc, "sqlstate", None) not in _POOLED_STATES:
+    state = getattr(exc, "sqlstate", None)
+    bind = state == "08P01" and "prepared statement" in str(exc)
+    if state not in _POOLED_STATES and not bind:
         return ""
     return (
         " (is this URL a pooler in transaction mode, such as PgBouncer? add pooler=transaction "
         "to it: no statement is prepared then)"
     )
+
+
+def server_hint(exc: psycopg.Error, *, pooled: bool) -> str:
+    """What to change, for an error whose cause is the server the URL reaches: a pooler in
+    transaction mode not said (``pooled``: it was), a standby (read-only)."""
+    if getattr(exc, "sqlstate", None) == _READ_ONLY_STATE:
+        return (
+            " (the server is a standby: point the URL at the primary, or list the hosts with "
+            "target_session_attrs=read-write)"
+        )
+    return "" if pooled else pooler_hint(exc)
 
 
 class PoolWatch:

@@ -19,7 +19,7 @@ from psycopg_pool import PoolTimeout
 
 from ...model.errors import ConfigError, StoreUnavailable
 from . import journal, sql
-from .connection import Conn, Pool, PoolWatch, first_contact, pooler_hint, recheck
+from .connection import Conn, Pool, PoolWatch, first_contact, recheck, server_hint
 from .layout import Layout
 
 __all__ = ["Pooled"]
@@ -113,7 +113,7 @@ class Pooled:
                 raise self._exhausted(what, waiting[2]) from exc
             if isinstance(exc, psycopg.OperationalError):
                 await recheck(self.pool)
-            hint = "" if self.pooler else pooler_hint(exc)
+            hint = server_hint(exc, pooled=self.pooler is not None)
             raise StoreUnavailable(
                 f"PostgreSQL {what} failed: {exc}{hint}",
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
@@ -139,10 +139,15 @@ class Pooled:
 
     async def _open(self, what: str) -> None:
         for conninfo, kwargs, via in self._first:
+            said = self.pooler is not None
             try:
-                await first_contact(conninfo, kwargs, what)
+                # listen_url's own probe names it: its failure is not the migration's.
+                await first_contact(
+                    conninfo, kwargs, f"{via} connection" if via else what,
+                    listen=bool(via), pooler_said=said,
+                )  # fmt: skip
             except StoreUnavailable as exc:
-                if not via:
+                if not via or via in str(exc):
                     raise
                 raise StoreUnavailable(f"{via}: {exc}") from exc.__cause__
         await self.pool.open(wait=True, timeout=self.pool.timeout)

@@ -85,11 +85,13 @@ class PostgresStore:
         An option neither ours nor libpq's is refused here (``ConfigError``), by name.
 
         ``pooler=transaction`` says the URL reaches a pooler in transaction mode (PgBouncer,
-        …): said, not detected, because nothing a client sees tells such a pooler from the
-        server (PgBouncer answers ``SHOW`` only on its admin console, and passes the server's
-        parameters through), and a wrong guess towards prepared statements would run another
-        client's statement of the same name. ``listen_url`` (percent-encoded) is a direct
-        connection to LISTEN on; without it, through the pooler, the journal's end is polled.
+        …). It is said, not guessed: a wrong guess towards prepared statements would run
+        another client's statement of the same name. The open refuses a URL that reaches one
+        without it (a pooler's backend id is not its server's, and in transaction mode it hands
+        our session to our next connection), and a standby (``target_session_attrs``).
+        ``listen_url`` (percent-encoded) is a direct connection to LISTEN on (refused at open
+        when it reaches a pooler in transaction mode); without it, through the pooler, the
+        journal's end is polled.
         """
         conninfo, options = urls.split_options(
             url,
