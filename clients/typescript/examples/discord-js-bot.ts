@@ -9,17 +9,32 @@
  * `/refresh` forgets the channel (Manage Messages in a server; anyone in a DM) and `/memory`
  * shows, only to whoever asks, what the bot remembers of it.
  *
- * Run it from a clone of the repository (`shortterm-client` is not on the npm registry yet):
+ * Try it with no Discord application and no token: `discord-js-offline.ts` (next to this file)
+ * logs this bot in to a stand-in Discord on loopback and plays a short scene, against a real
+ * sidecar and `shortterm fake-model`. From a clone (`shortterm-client` is not on the npm
+ * registry yet):
  *
  *   pip install -e '.[sidecar]'    # at the clone's root: the sidecar, and the fake model
  *   shortterm serve &              # http://127.0.0.1:8765, no token on loopback
  *   shortterm fake-model &         # an offline model on http://127.0.0.1:8800/v1
  *   cd clients/typescript && npm ci && npm run build
- *   DISCORD_TOKEN=... node dist/examples/discord-js-bot.js
+ *   node dist/examples/discord-js-offline.js
+ *   DISCORD_TOKEN=... node dist/examples/discord-js-bot.js    # the same bot, on Discord
  *
- * In your bot's own project instead: `npm install /path/to/clone/clients/typescript` (built as
- * above) or the packed tarball `npm install /path/to/clone/dist/shortterm-client-0.1.0.tgz`
- * (`make dist`), then `npm install discord.js openai`, and copy this file.
+ * In your bot's own project instead, copy this file and install what it imports. Tested with
+ * these versions (clients/typescript/package.json's devDependencies; CI installs them fresh,
+ * with the packed client, into a new project and compiles this file):
+ *
+ *   npm install /path/to/clone/dist/shortterm-client-0.1.0.tgz openai@7.60.0 discord.js@14.28.1
+ *   npm install --save-dev typescript@7.0.2 @types/node@26.6.11
+ *
+ * (`make dist` at the clone's root writes the tarball.) discord.js's type declarations need
+ * `@types/node`. The project must be an ES module (`npm pkg set type=module`); its
+ * tsconfig.json's `compilerOptions`: `"module": "nodenext", "target": "es2022", "strict": true,
+ * "skipLibCheck": true` (with @types/node 26, a declaration file under discord.js names an
+ * import those types no longer have; @types/node 20 to 25 need no skipLibCheck). openai 7
+ * asks for Node 22 or newer (npm warns on Node 20; this bot and its offline runner pass their
+ * tests on Node 20.20). The offline runner also needs `ws@8.23.1` (and `@types/ws@8.18.2`).
  *
  * With a real model: OPENAI_BASE_URL (default http://127.0.0.1:8800/v1, the fake model; for
  * OpenAI itself https://api.openai.com/v1), OPENAI_API_KEY (needed by OpenAI only; a dummy
@@ -27,9 +42,9 @@
  * http://127.0.0.1:8765), SHORTTERM_TOKEN (when the sidecar has one), BOT_HISTORY (earlier
  * channel messages the model sees, default 20).
  *
- * It answers when mentioned, replied to, or in a DM. The Discord glue (`turnInput`, `main`) is
- * thin; the turn (`runTurn`) and the commands (`memoryText`, `refreshText`) take plain values,
- * so they run without Discord too.
+ * It answers when mentioned, replied to, or in a DM. The Discord glue (`turnInput`,
+ * `createBot`) is thin; the turn (`runTurn`) and the commands (`memoryText`, `refreshText`)
+ * take plain values, so they run without Discord too.
  */
 
 import { pathToFileURL } from "node:url";
@@ -44,10 +59,17 @@ import {
   PermissionFlagsBits,
   SlashCommandBuilder,
   type ChatInputCommandInteraction,
+  type ClientOptions,
+  type Guild,
   type Message,
+  type User,
 } from "discord.js";
 import OpenAI from "openai";
-import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/index";
+import type {
+  ChatCompletionMessageParam,
+  ChatCompletionMessageToolCall,
+  ChatCompletionTool,
+} from "openai/resources/index";
 import {
   ShortTermClient,
   TurnNotFoundError,
@@ -107,6 +129,18 @@ export function splitMessage(text: string, limit = MAX_DISCORD_CHARS): string[] 
   return pieces;
 }
 
+/**
+ * A tool call's name and arguments. openai 5 and later type a call as a function call or a
+ * custom tool's call; only function tools are offered here, so another kind is passed on as
+ * it is and the sidecar answers it as an unknown tool (`ok: false`, a message for the model),
+ * which still gives every call the answer the API requires.
+ */
+export function nameAndArguments(call: ChatCompletionMessageToolCall): [string, string] {
+  return call.type === "function"
+    ? [call.function.name, call.function.arguments]
+    : [call.custom.name, call.custom.input];
+}
+
 /** Start a turn, let the model answer (running its tool calls), deliver, capture; the reply. */
 export async function runTurn(
   memory: ShortTermClient,
@@ -160,11 +194,8 @@ export async function runTurn(
     messages.push(answer);
     for (const call of calls) {
       // An unknown tool name comes back as ok: false with a message for the model.
-      const result = await memory.callTool(
-        turn.turn_id,
-        call.function.name,
-        call.function.arguments,
-      );
+      const [name, args] = nameAndArguments(call);
+      const result = await memory.callTool(turn.turn_id, name, args);
       messages.push({ role: "tool", tool_call_id: call.id, content: result.message });
       if (result.ok) tools = []; // one update per turn
     }
@@ -365,6 +396,11 @@ const COMMANDS = [
     .setDescription("Show what I remember of this channel"),
 ];
 
+/** The bot's name where it speaks: its nickname in a server, else its own. */
+function botNameIn(guild: Guild | null, user: User): string {
+  return guild?.members.me?.displayName ?? user.displayName;
+}
+
 async function command(
   memory: ShortTermClient,
   interaction: ChatInputCommandInteraction,
@@ -383,7 +419,8 @@ async function command(
     serverId: interaction.guildId,
   };
   if (interaction.commandName === "memory") {
-    await answer(await memoryText(memory, place, interaction.client.user.displayName));
+    const botName = botNameIn(interaction.guild, interaction.client.user);
+    await answer(await memoryText(memory, place, botName));
   } else if (interaction.commandName === "refresh") {
     const allowed =
       interaction.guildId === null ||
@@ -421,7 +458,21 @@ function historyLimit(raw: string | undefined): number {
   return value;
 }
 
-export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+export interface Bot {
+  /** Not logged in yet: `bot.discord.login(token)`. */
+  discord: Client;
+  /** Settles once no turn, command or start-up step is running (a clean stop waits for it). */
+  idle(): Promise<void>;
+}
+
+/**
+ * The bot: a discord.js client with its handlers, not logged in. `discordOptions` are added to
+ * the client's (the offline runner points `rest.api` at its stand-in Discord).
+ */
+export function createBot(
+  env: NodeJS.ProcessEnv = process.env,
+  discordOptions: Partial<ClientOptions> = {},
+): Bot {
   const settings = botSettings(env);
   const memory = new ShortTermClient({
     baseUrl: settings.shorttermUrl,
@@ -440,28 +491,41 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     partials: [Partials.Channel], // DMs arrive on channels the bot has not cached
     // The model's text is posted as is: it must never ping @everyone or a role.
     allowedMentions: { parse: ["users"], repliedUser: false },
+    ...discordOptions,
   });
-  discord.once(Events.ClientReady, async (ready) => {
-    await ready.application.commands.set(COMMANDS.map((c) => c.toJSON())); // global commands
-    console.log(`logged in as ${ready.user.tag}; /refresh and /memory registered`);
-  });
-  discord.on(Events.InteractionCreate, async (interaction) => {
+  // Handlers run concurrently; each is kept here until it ends, for `idle`.
+  const running = new Set<Promise<void>>();
+  const track = (work: () => Promise<void>): void => {
+    const done = work().catch((error: unknown) => console.error("handler failed:", error));
+    running.add(done);
+    void done.finally(() => running.delete(done));
+  };
+
+  discord.once(Events.ClientReady, (ready) =>
+    track(async () => {
+      await ready.application.commands.set(COMMANDS.map((c) => c.toJSON())); // global commands
+      console.log(`logged in as ${ready.user.tag}; /refresh and /memory registered`);
+    }),
+  );
+  discord.on(Events.InteractionCreate, (interaction) => {
     if (!interaction.isChatInputCommand()) return;
-    try {
-      await command(memory, interaction, refreshed);
-    } catch (error) {
-      console.error(`/${interaction.commandName} failed:`, error);
-      if (!interaction.replied) {
-        await interaction
-          .reply({
-            content: "I could not do that just now; please try again.",
-            flags: MessageFlags.Ephemeral,
-          })
-          .catch(() => undefined); // the interaction may have expired meanwhile
+    track(async () => {
+      try {
+        await command(memory, interaction, refreshed);
+      } catch (error) {
+        console.error(`/${interaction.commandName} failed:`, error);
+        if (!interaction.replied) {
+          await interaction
+            .reply({
+              content: "I could not do that just now; please try again.",
+              flags: MessageFlags.Ephemeral,
+            })
+            .catch(() => undefined); // the interaction may have expired meanwhile
+        }
       }
-    }
+    });
   });
-  discord.on(Events.MessageCreate, async (message) => {
+  discord.on(Events.MessageCreate, (message) => {
     const me = discord.user;
     if (me === null || message.author.bot) return;
     const addressed =
@@ -469,29 +533,51 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       message.mentions.users.has(me.id) ||
       message.mentions.repliedUser?.id === me.id;
     if (!addressed) return;
-    let first = true;
-    const send = async (piece: string): Promise<unknown> => {
-      if (!first) return message.channel.isSendable() ? message.channel.send(piece) : undefined;
-      first = false;
-      return message.reply(piece);
-    };
-    try {
-      if (message.channel.isSendable()) await message.channel.sendTyping();
-      const input = await turnInput(message, historyLimit, refreshed.get(message.channelId));
-      await runTurn(memory, openai, input, { model, botName: me.displayName, send });
-    } catch (error) {
-      console.error("turn failed:", error);
-      if (error instanceof OpenAI.APIError) {
-        await message.reply("I could not reach my model just now.").catch(() => undefined);
+    track(async () => {
+      let first = true;
+      const send = async (piece: string): Promise<unknown> => {
+        if (!first) return message.channel.isSendable() ? message.channel.send(piece) : undefined;
+        first = false;
+        return message.reply(piece);
+      };
+      try {
+        if (message.channel.isSendable()) await message.channel.sendTyping();
+        const input = await turnInput(message, historyLimit, refreshed.get(message.channelId));
+        const botName = botNameIn(message.guild, me);
+        await runTurn(memory, openai, input, { model, botName, send });
+      } catch (error) {
+        console.error("turn failed:", error);
+        if (error instanceof OpenAI.APIError) {
+          await message.reply("I could not reach my model just now.").catch(() => undefined);
+        }
       }
-    }
+    });
   });
-  await discord.login(env.DISCORD_TOKEN);
+  const idle = async (): Promise<void> => {
+    while (running.size > 0) await Promise.allSettled([...running]);
+  };
+  return { discord, idle };
+}
+
+export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const bot = createBot(env);
+  // Stopped (Ctrl-C, a deploy): finish the turns in flight, so their replies are remembered.
+  const stop = (): void =>
+    void bot
+      .idle()
+      .then(() => bot.discord.destroy())
+      .finally(() => process.exit(0));
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+  await bot.discord.login(env.DISCORD_TOKEN);
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   if (!process.env.DISCORD_TOKEN) {
-    console.error("DISCORD_TOKEN is not set (see the top of this file)");
+    console.error(
+      "DISCORD_TOKEN is not set (see the top of this file); to try the bot without Discord: " +
+        "node dist/examples/discord-js-offline.js",
+    );
     process.exit(2);
   }
   main().catch((error: unknown) => {
