@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -103,13 +103,17 @@ SHORTTERM = Path(sys.executable).with_name("shortterm")
 
 @contextmanager
 def sidecar_process(
-    store: str, cache: str = "memory://", env: Mapping[str, str] | None = None
+    store: str,
+    cache: str = "memory://",
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> Iterator[str]:
     """``shortterm serve`` in a process of its own on a free loopback port; yields its URL.
-    ``env`` adds ``SHORTTERM_*`` settings (the test's own are not passed on)."""
+    ``env`` adds ``SHORTTERM_*`` settings (the test's own are not passed on), ``args`` more
+    options of ``serve``."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
     proc = subprocess.Popen(
-        [str(SHORTTERM), "serve", "--port", "0", "--store", store, "--cache", cache],
+        [str(SHORTTERM), "serve", "--port", "0", "--store", store, "--cache", cache, *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
