@@ -7,6 +7,10 @@ running. Through ``redis+sentinel://``: a master name the sentinels do not monit
 Redis listed as a sentinel, sentinels that are all down (at open, and later: the turns go on,
 but /readyz says why in one line), a wrong or missing sentinel password, a CA that did not sign
 the sentinels' certificate. A master name percent-encoded in the URL (``%20``) is decoded.
+
+What readiness finds shows in the metrics (``shortterm_cache_degraded``, ``shortterm_ready``,
+``shortterm_tier_ready``; ``shortterm_build_info`` names the backends), and readiness asks the
+``maxmemory-policy`` again: one turned to evicting at runtime makes the cache not ready.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import redis.asyncio as aioredis
+from prometheus_client.parser import text_string_to_metric_families
 
 import shortterm
 from shortterm.cli.app import EXIT_UNAVAILABLE
 from shortterm.model.errors import CacheUnavailable
+from shortterm.sidecar import create_app
 from shortterm.sidecar.readiness import Readiness
 from tests.cluster_support import require_redis_server
 from tests.deploy.tls_support import OPENSSL, Certificates, make_certificates, require
@@ -29,6 +37,7 @@ from tests.test_operator_errors import command, error_line
 MAX_LINE = 300
 NAME = "stm master"  # a space: percent-encoded in the URL
 ENCODED = "stm%20master"
+PLAIN = "stm-master"  # for the tests of what follows discovery
 BOUND_S = 5.0  # a refusal fails the open at once, not after retries and timeouts
 KEY = shortterm.ScopeKey.server("g1", "c1", None)
 
@@ -211,10 +220,10 @@ async def test_a_wrong_ca_for_tls_sentinels_is_one_line(
 async def test_all_sentinels_down_after_open_is_one_line_in_readyz(
     servers: Servers, master: int
 ) -> None:
-    ports = [servers.sentinel(master, NAME) for _ in range(2)]
+    ports = [servers.sentinel(master, PLAIN) for _ in range(2)]
     for port in ports:
-        wait_until(lambda port=port: servers.watching(port, NAME), f"sentinel {port}")
-    async with shortterm.open(store="memory://", cache=sentinel_url(ports)) as memory:
+        wait_until(lambda port=port: servers.watching(port, PLAIN), f"sentinel {port}")
+    async with shortterm.open(store="memory://", cache=sentinel_url(ports, PLAIN)) as memory:
         await capture(memory, "before")
         for port in ports:
             servers.stop(port)
@@ -223,3 +232,65 @@ async def test_all_sentinels_down_after_open_is_one_line_in_readyz(
         assert verdict.cache is not None and verdict.store is None, verdict
         reason = one_line(verdict.cache)
         assert "refused the connection" in reason and "sentinels running" in reason, reason
+
+
+def scraped(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def scrape(memory: shortterm.Memory) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    transport = httpx.ASGITransport(app=create_app(memory))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        answer = await client.get("/metrics")
+    assert answer.status_code == 200
+    return scraped(answer.text)
+
+
+async def test_all_sentinels_down_shows_in_the_metrics(servers: Servers, master: int) -> None:
+    ports = [servers.sentinel(master, PLAIN) for _ in range(2)]
+    for port in ports:
+        wait_until(lambda port=port: servers.watching(port, PLAIN), f"sentinel {port}")
+    async with shortterm.open(store="memory://", cache=sentinel_url(ports, PLAIN)) as memory:
+        before = await scrape(memory)
+        assert before[("shortterm_cache_degraded", ())] == 0
+        assert before[("shortterm_ready", ())] == 1
+        info = ("shortterm_build_info", (("cache", "redis+sentinel"), ("store", "memory"),
+                                         ("version", shortterm.__version__)))  # fmt: skip
+        assert before[info] == 1
+        for port in ports:
+            servers.stop(port)
+        await capture(memory, "the turns go on")
+        after = await scrape(memory)  # a new app: its readiness probes afresh
+        assert after[("shortterm_cache_degraded", ())] == 1
+        assert after[("shortterm_ready", ())] == 0
+        assert after[("shortterm_tier_ready", (("tier", "cache"),))] == 0
+        assert after[("shortterm_tier_ready", (("tier", "store"),))] == 1
+        assert after[("shortterm_degraded", ())] == 0
+
+
+async def test_an_eviction_policy_turned_on_at_runtime_makes_the_cache_not_ready(
+    servers: Servers,
+) -> None:
+    port = servers.redis()
+    admin = aioredis.Redis(port=port)
+    clock = [0.0]
+    try:
+        async with shortterm.open(store="memory://", cache=f"redis://127.0.0.1:{port}/0") as memory:
+            readiness = Readiness(memory, clock=lambda: clock[0])
+            assert (await readiness.check()).ready
+            await admin.config_set("maxmemory-policy", "allkeys-lru")
+            clock[0] += 2  # past the verdict's one second
+            verdict = await readiness.check()
+            assert verdict.cache is not None and verdict.store is None, verdict
+            reason = one_line(verdict.cache)
+            assert "maxmemory-policy is allkeys-lru" in reason and "noeviction" in reason, reason
+            assert (await scrape(memory))[("shortterm_cache_degraded", ())] == 1
+            await admin.config_set("maxmemory-policy", "noeviction")
+            clock[0] += 2
+            assert (await readiness.check()).ready
+    finally:
+        await admin.aclose()

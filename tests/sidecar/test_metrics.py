@@ -121,8 +121,12 @@ async def test_metrics_follow_prometheus_conventions(
     info = families["shortterm_build_info"]
     assert info.type == "gauge"
     assert [(s.labels, s.value) for s in info.samples] == [
-        ({"version": shortterm.__version__}, 1.0)
+        ({"version": shortterm.__version__, "store": "sqlite", "cache": "memory"}, 1.0)
     ]
+    # the readiness probe of this scrape: both tiers answered
+    assert [s.value for s in families["shortterm_ready"].samples] == [1.0]
+    tiers = {s.labels["tier"]: s.value for s in families["shortterm_tier_ready"].samples}
+    assert tiers == {"store": 1.0, "cache": 1.0}
 
 
 async def test_redis_and_postgres_figures_are_described(scale_urls: tuple[str, str]) -> None:

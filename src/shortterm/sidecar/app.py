@@ -20,7 +20,7 @@ from ..memory.facade import Memory
 from ..model.errors import InvalidInput
 from .errors import install_error_handlers, openapi_errors
 from .inspector import build_inspector
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import CONTENT_TYPE, Metrics, backend_labels
 from .middleware import BearerAuth, BodyLimit, BrowserGuard, RequestMetrics, RequestShape
 from .openapi import build_document
 from .readiness import Readiness, Verdict
@@ -124,8 +124,13 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
         raise InvalidInput("settings", settings, "a shortterm.sidecar.SidecarSettings")
     chosen.check_exposure()
     turns = _registry(memory, chosen)
-    metrics = Metrics(memory.stats, turns)
     readiness = Readiness(memory)
+    metrics = Metrics(
+        memory.stats,
+        turns,
+        ready=lambda: readiness.last,
+        backends=backend_labels(memory.store, memory.cache),
+    )
     app = FastAPI(
         title="shortterm sidecar",
         version=__version__,
@@ -190,7 +195,9 @@ def create_app(memory: Memory, settings: SidecarSettings | None = None) -> FastA
     )
     async def prometheus() -> Response:
         """Request latency per route, and the memory's figures read at scrape time: entries,
-        bytes, evictions, expirations, store errors, captures, upgrades, live turn ids."""
+        bytes, evictions, expirations, store errors, captures, upgrades, live turn ids, and
+        each tier's readiness (probed at most once a second)."""
+        await readiness.check()  # the tiers as of this scrape (a probe at most once a second)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     install_error_handlers(app)

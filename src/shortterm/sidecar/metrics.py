@@ -1,8 +1,11 @@
 """Prometheus metrics behind a small facade: one registry per app, nothing global.
 
 Request latency and counts are recorded as requests finish; the memory's own figures
-(``memory.stats()``: entries, bytes, evictions, expirations, store errors, …) and the turn
-registry's are read when ``/metrics`` is scraped, so they cost nothing in between.
+(``memory.stats()``: entries, bytes, evictions, expirations, store errors, …), the turn
+registry's and the newest readiness verdict are read when ``/metrics`` is scraped, so they
+cost nothing in between. A tier readiness found failing counts as degraded even when no turn
+met it: with every sentinel down the master still serves the turns, but a failover would not
+be followed.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from .readiness import Verdict
 from .turns import Turns
 
-__all__ = ["CONTENT_TYPE", "STATS", "Metrics", "Stat"]
+__all__ = ["CONTENT_TYPE", "STATS", "Metrics", "Stat", "backend_labels"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -54,14 +58,16 @@ STATS: dict[str, Stat] = {
     "degraded": Stat(
         "degraded",
         "gauge",
-        "1 while the durable tier is failing: turns are served from the hot tier alone, "
-        "durable writes are refused (see /readyz).",
+        "1 while the durable tier is failing (a call met it, or the last readiness probe "
+        "did): turns are served from the hot tier alone, durable writes are refused (see "
+        "/readyz).",
     ),
     "cache_degraded": Stat(
         "cache_degraded",
         "gauge",
-        "1 while the hot tier (Redis) is failing: turns fail with 503 cache_unavailable "
-        "(see /readyz); the durable tier's state is shortterm_degraded.",
+        "1 while the hot tier (Redis) is failing (a call met it, or the last readiness probe "
+        "did: every sentinel down, an evicting maxmemory-policy): turns may fail with 503 "
+        "cache_unavailable (see /readyz); the durable tier's state is shortterm_degraded.",
     ),
     "hydration_s": Stat(
         "hydration_seconds",
@@ -187,24 +193,61 @@ def _family(key: str, value: float) -> Metric:
     return CounterMetricFamily(name, stat.help, value=value)
 
 
-def _build_info() -> Metric:
+def _build_info(backends: tuple[str, str]) -> Metric:
     info = GaugeMetricFamily(
         "shortterm_build_info",
-        "Always 1; the version label says which shortterm this process runs.",
-        labels=["version"],
+        "Always 1; the labels say which shortterm this process runs, and on which store and "
+        "cache (their URL schemes).",
+        labels=["version", "store", "cache"],
     )
-    info.add_metric([__version__], 1)
+    info.add_metric([__version__, *backends], 1)
     return info
 
 
+# What a backend class is called in a URL: the scheme an operator wrote.
+_STORES = {"PostgresStore": "postgresql", "SQLiteStore": "sqlite", "ReferenceStore": "memory"}
+
+
+def backend_labels(store: object, cache: object) -> tuple[str, str]:
+    """The store's and the cache's scheme (``postgresql``, ``redis+sentinel``, …), read from
+    the objects (no driver is imported here); a backend of the caller's own by its class."""
+    store_name = _STORES.get(type(store).__name__, type(store).__name__)
+    client = getattr(cache, "client", None)
+    if type(cache).__name__ == "InProcessCache":
+        cache_name = "memory"
+    elif client is None:
+        cache_name = type(cache).__name__
+    elif type(client).__name__ == "RedisCluster":
+        cache_name = "redis+cluster"
+    elif type(getattr(client, "connection_pool", None)).__name__ == "SentinelConnectionPool":
+        cache_name = "redis+sentinel"
+    else:
+        cache_name = "redis"
+    return store_name, cache_name
+
+
 class _MemoryCollector(Collector):
-    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: Turns) -> None:
+    def __init__(
+        self,
+        stats: Callable[[], Mapping[str, Any]],
+        turns: Turns,
+        ready: Callable[[], Verdict | None],
+        backends: tuple[str, str],
+    ) -> None:
         self._stats = stats
         self._turns = turns
+        self._ready = ready
+        self._backends = backends
 
     def collect(self) -> Iterator[Metric]:
-        yield _build_info()
-        for key, value in sorted(self._stats().items()):
+        yield _build_info(self._backends)
+        stats = dict(self._stats())
+        verdict = self._ready()
+        if verdict is not None:
+            stats["degraded"] = bool(stats.get("degraded")) or verdict.store is not None
+            stats["cache_degraded"] = bool(stats.get("cache_degraded")) or verdict.cache is not None
+            yield from _readiness(verdict)
+        for key, value in sorted(stats.items()):
             if isinstance(value, bool):
                 value = int(value)
             if isinstance(value, int | float):
@@ -225,6 +268,24 @@ class _MemoryCollector(Collector):
             "Turn ids this replica dropped unused after turn_ttl_s.",
             value=turns.expired,
         )
+
+
+def _readiness(verdict: Verdict) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "shortterm_ready",
+        "1 when both tiers answered the last readiness probe (/readyz, or this scrape's), "
+        "0 when either did not.",
+        value=int(verdict.ready),
+    )
+    tiers = GaugeMetricFamily(
+        "shortterm_tier_ready",
+        "1 when the tier answered the last readiness probe, 0 when it did not (/readyz, "
+        "with the token, says why).",
+        labels=["tier"],
+    )
+    tiers.add_metric(["store"], int(verdict.store is None))
+    tiers.add_metric(["cache"], int(verdict.cache is None))
+    yield tiers
 
 
 class _Latency:
@@ -276,11 +337,20 @@ class _RequestCollector(Collector):
 class Metrics:
     """``observe(route, method, status, seconds)`` per request; ``render()`` for a scrape."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any]], turns: Turns) -> None:
+    def __init__(
+        self,
+        stats: Callable[[], Mapping[str, Any]],
+        turns: Turns,
+        *,
+        ready: Callable[[], Verdict | None] = lambda: None,
+        backends: tuple[str, str] = ("", ""),
+    ) -> None:
+        """``ready``: the newest readiness verdict (``None`` before the first probe);
+        ``backends``: the store's and the cache's scheme (:func:`backend_labels`)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self._requests = _RequestCollector()
         self.registry.register(self._requests)
-        self.registry.register(_MemoryCollector(stats, turns))
+        self.registry.register(_MemoryCollector(stats, turns, ready, backends))
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         if method not in _METHODS:

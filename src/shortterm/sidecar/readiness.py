@@ -9,7 +9,9 @@ data: a Redis Cluster's dead master refuses connections at once, but the one rec
 reaches only its own slot's master, and the cluster takes its node timeout (seconds) to
 declare the master failed. A PostgreSQL store whose pool let a wait for a connection time out
 is not ready until a wait begun after it is served (``pool_trouble``): the probe's one read may
-get through while the bot's operations queue. The answer is kept for ``max_age_s``: a load
+get through while the bot's operations queue. A Redis is also asked its ``maxmemory-policy``
+again (an operator may turn eviction on at runtime: the tier is then not ready, with the fix),
+unless it refused to say at open. The answer is kept for ``max_age_s``: a load
 balancer, a Kubernetes probe and a monitoring scrape hitting every replica cost one round trip
 per tier per second, and concurrent requests share one probe.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..memory.facade import Memory
-from ..model.errors import StoreUnavailable
+from ..model.errors import ConfigError, StoreUnavailable
 
 __all__ = ["PROBE_TIMEOUT_S", "Readiness", "Verdict"]
 
@@ -74,15 +76,23 @@ class _Probe:
             return None
         if isinstance(failure, StoreUnavailable):
             return f"the {self._tier} is unavailable: {failure}"
+        if isinstance(failure, ConfigError):
+            return str(failure)  # it names the setting and the fix
         raise failure
 
 
 async def _ping_cache(memory: Memory) -> None:
-    """Every node of a shared hot tier (when it can ``ping``), then one record's read."""
-    ping = getattr(memory.cache, "ping", None)
+    """Every node of a shared hot tier (when it can ``ping``), then one record's read; then
+    the eviction policy of one that has it (``ConfigError`` when it may evict), unless the
+    server refused to tell it (which was warned about once, at open)."""
+    cache = memory.cache
+    ping = getattr(cache, "ping", None)
     if ping is not None:
         await ping()
     await memory.ping_cache()
+    check_eviction = getattr(cache, "check_eviction", None)
+    if check_eviction is not None and not getattr(cache, "eviction_unknown", False):
+        await check_eviction()
 
 
 def _pool_trouble(memory: Memory) -> str | None:
@@ -119,6 +129,11 @@ class Readiness:
         self._store = _Probe("store", memory.ping_store)
         self._pool_trouble = functools.partial(_pool_trouble, memory)
         self._cache = _Probe("cache", functools.partial(_ping_cache, memory))
+
+    @property
+    def last(self) -> Verdict | None:
+        """The newest verdict, ``None`` before the first probe (read by the metrics)."""
+        return None if self._last is None else self._last[1]
 
     async def check(self) -> Verdict:
         async with self._lock:  # a request that waited here reuses the probe it waited for
