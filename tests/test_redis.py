@@ -424,3 +424,59 @@ async def test_an_appended_record_keeps_the_oldest_write_a_replayed_forget_compa
     kept = await cache.get(fresh, T0)
     assert kept is not None
     assert [m.content for m in kept.messages] == ["after, first", "after, appended"]
+
+
+async def test_a_capture_into_a_group_behind_a_known_forget_waits_for_the_repair(
+    open_cache: Opener,
+) -> None:
+    """A group gone back before a forget still holds what the forget evicted (here: a record
+    of a newer revision). A capture begun after the forget is refused there until the group
+    is repaired, then written again: it neither loses to the old record nor goes with it."""
+    from shortterm.model.fence import WriteFence
+
+    cache = await open_cache()
+    store = ReferenceStore()
+    await cache.repair(store, T0)
+    key = ScopeKey.server("g1", "c1", "p1")
+    [old] = await store.touch([(key, META)], increment=key, now=T0)
+    [old] = await store.touch([(key, META)], increment=key, now=T0)  # revision 2
+    await cache.capture(key, msgs("before the clear"), META, old, T0, WriteFence(0))
+    seq = (await store.forget_channel("c1", now=T0)).seq  # never applied to this tier
+    cache.followed(seq)
+    [new] = await store.touch([(key, META)], increment=key, now=T0 + 1)  # revision 1 again
+    written = await cache.capture_scopes(
+        [(key, msgs("after the clear", at=T0 + 1), new)], META, T0 + 1, WriteFence(seq)
+    )
+    assert written == 1
+    entry = await cache.get(key, T0 + 1)
+    assert entry is not None and [m.content for m in entry.messages] == ["after the clear"]
+
+
+async def test_a_capture_refused_for_a_lost_mark_is_written_after_the_reset(
+    open_cache: Opener,
+) -> None:
+    from shortterm.model.fence import WriteFence
+
+    cache = await open_cache()
+    store = ReferenceStore()
+    await cache.repair(store, T0)
+    await cache.clear_prefix()  # Redis lost everything, the marks with it
+    key = ScopeKey.server("g1", "c1", "p1")
+    fence = WriteFence(await store.journal_head())
+    assert await cache.capture_scopes([(key, msgs("after"), None)], META, T0, fence) == 1
+    entry = await cache.get(key, T0)
+    assert entry is not None and [m.content for m in entry.messages] == ["after"]
+
+
+async def test_a_capture_no_group_can_vouch_for_is_an_error_not_silence(
+    open_cache: Opener,
+) -> None:
+    """A tier that could never be repaired (no journal to repair from) refuses a fenced
+    capture; the caller is told its messages were not kept."""
+    from shortterm.model.errors import CacheUnavailable
+    from shortterm.model.fence import WriteFence
+
+    cache = await open_cache()
+    key = ScopeKey.server("g1", "c1", "p1")
+    with pytest.raises(CacheUnavailable, match="messages were not kept"):
+        await cache.capture_scopes([(key, msgs("lost?"), None)], META, T0, WriteFence(1))

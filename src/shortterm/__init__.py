@@ -9,7 +9,7 @@
 
 from .memory import Memory, open
 from .memory.distill import DistillReport, distill
-from .memory.turn import Turn
+from .memory.turn import Captured, Turn
 from .model import (
     Category,
     Entry,
@@ -30,6 +30,7 @@ from .tool import ToolResult
 __version__ = "0.1.0"
 
 __all__ = [
+    "Captured",
     "Category",
     "Config",
     "ConfigError",

@@ -69,7 +69,9 @@ def _delay_notify(memory: shortterm.Memory, delay_s: float) -> None:
 
 async def _capture(memory: shortterm.Memory, marks: Path, cmd: dict[str, Any]) -> None:
     turn = turn_of(memory, cmd)
-    history = [Message("user", cmd["text"], author_id=cmd["user"], speaker=cmd["user"])]
+    # Stamped when sent, as a platform does: a forget after it covers it (its horizon).
+    said = Message("user", cmd["text"], author_id=cmd["user"], speaker=cmd["user"], at=time.time())
+    history = [said]
     hold = _HOLD.set(marks / cmd["token"] if cmd.get("hold") else None)
     try:
         await turn.capture(history=history, replies=[Reply("noted")])

@@ -39,9 +39,32 @@ from ..model.errors import CacheUnavailable, InvalidInput, ShortTermError, Store
 from .schemas import Problem
 from .schemas.base import valid_json
 
-__all__ = ["Busy", "NotFound", "install_error_handlers", "openapi_errors", "problem_response"]
+__all__ = [
+    "CAPTURED_DOC",
+    "DEGRADED_HEADER",
+    "Busy",
+    "NotFound",
+    "install_error_handlers",
+    "openapi_errors",
+    "problem_response",
+]
 
 log = logging.getLogger("shortterm.sidecar")
+
+# On a capture's 204 when the durable tier failed: the answer is a success (the dialogue was
+# kept, in the hot tier), but the caller that made it learns that it was kept there only.
+DEGRADED_HEADER = "Shortterm-Degraded"
+CAPTURED_DOC: dict[str, Any] = {
+    "description": "Captured (or skipped: a stopped turn, no reply, a full-privacy user).",
+    "headers": {
+        DEGRADED_HEADER: {
+            "description": "Present when the durable tier failed: `store`. The dialogue was "
+            "kept in the hot tier only (until its TTL or a restart) and the turn counter's "
+            "step was lost; /healthz says `degraded: true` while it lasts.",
+            "schema": {"type": "string", "enum": ["store"]},
+        }
+    },
+}
 
 
 class NotFound(LookupError):

@@ -16,7 +16,7 @@ from ..memory.facade import Memory
 from ..model.errors import InvalidInput
 from ..prompt.context import Context
 from ..prompt.inject import inject
-from .errors import openapi_errors
+from .errors import CAPTURED_DOC, DEGRADED_HEADER, openapi_errors
 from .owner_routes import add_owner_routes
 from .params import (
     AfterServer,
@@ -146,7 +146,7 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
     @turn_route(
         "/turns/{turn_id}/capture",
         status_code=204,
-        responses=turn_call,
+        responses={**turn_call, 204: CAPTURED_DOC},
         summary="Capture a turn",
     )
     async def capture(turn_id: TurnId, body: CaptureIn) -> Response:
@@ -156,12 +156,16 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         `history` + `replies`; skipped (still 204) for stopped turns, turns without replies and
         full-privacy users. While another request captures the turn, a 409 until its claim
         runs out (`Retry-After`); then the capture is done again (its replica may have died).
+        With `Shortterm-Degraded: store` the durable tier failed: the dialogue was kept in the
+        hot tier only (until its TTL or a restart), the turn counter's step was lost.
         """
         history, replies = body.library_args()
         claimed = await turns.begin_capture(turn_id)
         ending = turns.end_with_capture(turn_id)  # sent with the capture's own pipeline
         try:
-            await claimed.turn.capture(history=history, replies=replies, stopped=body.stopped)
+            captured = await claimed.turn.capture(
+                history=history, replies=replies, stopped=body.stopped
+            )
         except BaseException:
             # The claim is given back so the capture can be retried (unless the end already
             # went out with a pipeline whose capture then failed: the next turn's capture
@@ -170,7 +174,10 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
             await turns.give_back_capture(turn_id, claimed.token)
             raise
         await ending.result()
-        return Response(status_code=204)
+        # Said to the caller that made it, not only in /healthz and the metrics.
+        return Response(
+            status_code=204, headers={DEGRADED_HEADER: "store"} if captured.degraded else None
+        )
 
     # -- entries and settings ----------------------------------------------------------------
 

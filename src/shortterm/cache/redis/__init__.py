@@ -4,8 +4,8 @@ with replicas, which Sentinel may fail over) or on a Redis Cluster.
 ``tier`` is the tier itself (:class:`RedisCache`); ``client`` the connection, its bound and its
 errors; ``layout`` the key layout (hash-tag groups); ``codec`` the record encoding; ``scripts``
 every Lua script (``lua/``: the tier's and the sidecar's turn registry's) and how one runs in
-its group's slot; ``writes``, ``directory``, ``forget``, ``repair`` and ``marks`` the parts of
-the tier that build script calls.
+its group's slot; ``writes``, ``directory``, ``forget``, ``repair``, ``keeper``, ``marks`` and
+``scan`` the parts of the tier that build script calls.
 """
 
 from __future__ import annotations

@@ -21,8 +21,11 @@ knows of a newer forget serves nothing from that group and repairs it first:
 - **a prune** between the mark and what the process knows (the group went back more than the
   journal keeps): the group is dropped whole and fenced, as for no mark.
 
-Fenced writes need a mark (``unvouched`` in the prelude): a write to a group without one, or
-older than its ``*`` tombstone, is refused and the process repairs and follows the journal.
+Fenced writes need a group that vouches for them (``unvouched`` in the prelude): a write to a
+group without a mark, with a mark below what its process knows was forgotten, or older than
+its ``*`` tombstone is refused; the process repairs the group and writes again, after
+recording in the group's fence the forgets journaled between the write's position and the
+``*`` tombstone (``backfill``), so the write lands unless one of them covers it.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from ...model.fence import JOURNAL_RETENTION_S, JournalEntry
 from ..base import JournalReader
 from .codec import lua_float, member
 from .marks import parse_mark
-from .scripts import MARK, REPLAY, Groups
+from .scripts import BACKFILL, MARK, REPLAY, Groups
 
-__all__ = ["repair"]
+__all__ = ["backfill", "repair"]
 
 log = logging.getLogger("shortterm")
 
@@ -127,6 +130,28 @@ async def _replay(
         g.marks.values[k] = mark
         done &= mark is not None
     return done
+
+
+async def backfill(
+    g: Groups, groups: Sequence[int], position: int, journal: JournalReader, now: float
+) -> list[str]:
+    """Let each group (repaired: it has a mark) vouch for a write that began at journal
+    position ``position`` although it was reset above it: the forgets journaled since that
+    position are recorded in its fence and its ``*`` tombstone moved down to it
+    (``backfill.lua``). Per group: 'ok'; 'fenced' when a journaled entry since the position
+    fences every write before it (a prune); 'short' when it was reset again meanwhile."""
+    up = await journal.journal_head()
+    entries = await _forgets(journal, position, up)
+    args = [str(position), str(up), lua_float(now), lua_float(now - JOURNAL_RETENTION_S)]
+    args.append(str(len(entries)))
+    for e in entries:
+        args += [str(e.seq), "s" if e.kind in _SETTINGS else "", str(len(e.targets)), *e.targets]
+
+    def build(pipe: Any) -> None:
+        for k in groups:
+            g.eval(pipe, BACKFILL, g.declared(k), [g.layout.base(k), *args])
+
+    return [str(reply) for reply in await g.batch("forget backfill", build)]
 
 
 def _entries_args(

@@ -131,6 +131,7 @@ REWRITE = _script("rewrite", allow_oom=True)
 RECORD_FORGET = _script("record_forget", allow_oom=True)
 MARK = _script("mark", allow_oom=True)
 REPLAY = _script("replay", allow_oom=True)
+BACKFILL = _script("backfill", allow_oom=True)
 
 
 class Groups:
@@ -144,6 +145,14 @@ class Groups:
         self.totals = [(0, 0)] * layout.groups
         self.marks = Marks(layout.groups)
         self._riders: dict[_Task, list[_Rider]] = {}  # per task, what no pipeline took yet
+        self._scripts: dict[str, Script] = {}  # others' scripts (the sidecar's), by source
+
+    def script(self, source: str) -> Script:
+        """A script of another module's (the sidecar's turn registry), made once."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = Script(source)
+        return script
 
     @property
     def all(self) -> range:

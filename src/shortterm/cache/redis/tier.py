@@ -31,7 +31,9 @@ forget, and each group keeps a *mark*, the journal position up to which it has a
 forget. Every reply carries it; a group short of what the process knows was forgotten serves
 nothing until the forgets it lost are replayed from the journal, and a group without a mark is
 reset before it takes a fenced write (:mod:`.repair`). The replay and the mark's move are
-one script, so a group that goes back in time takes its mark back with what it lost.
+one script, so a group that goes back in time takes its mark back with what it lost. A write
+a group refused is written again once it is repaired (:mod:`.keeper`): an acknowledged
+capture is never dropped in silence.
 
 **Eviction.** A forget finds records through indexes; a Redis that evicts keys could drop an
 index and keep its records. The tier refuses to open on a Redis whose ``maxmemory-policy`` is
@@ -61,7 +63,6 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
 
 from ...model import Entry, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ...model.config import Config
@@ -70,6 +71,7 @@ from ...model.fence import WriteFence
 from ..base import HotTier, JournalReader
 from . import forget as redis_forget
 from . import repair as redis_repair
+from . import scan as redis_scan
 from .client import (
     Calls,
     Client,
@@ -78,11 +80,12 @@ from .client import (
     open_url,
     ping_master,
 )
-from .codec import Views, key_of, member
-from .directory import Directories, Listed
+from .codec import Views, member
+from .directory import Directories
+from .keeper import Keeper
 from .layout import DEFAULT_GROUPS, Layout
-from .scripts import DELETE, READ, Groups, Ride, Script
-from .writes import Scope, Writes
+from .scripts import DELETE, READ, Groups, Ride
+from .writes import Scope, Sender, Writes
 
 __all__ = ["RedisCache", "failure_bound_s"]
 
@@ -119,11 +122,9 @@ class RedisCache(HotTier):
         self._owns_client = owns_client
         self._calls = Calls(call_timeout_s)
         self._g = Groups(client, self.layout, self._calls)
-        self._writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
         self._marks = self._g.marks  # each group's mark, as replies carry it (marks.py)
         self._server_checked = False  # its topology and eviction policy, at the first repair
         self._token = uuid.uuid4().hex
-        self._scripts: dict[str, Script] = {}  # the sidecar's scripts, by source
         lifetime = max(crude_ttl_s, summary_ttl_s) + safety_margin_s
         self._views = Views((crude_ttl_s, summary_ttl_s))
         self._directories = Directories(self._g, lifetime, self._views)
@@ -132,6 +133,9 @@ class RedisCache(HotTier):
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
             0,
         )
+        self._keeper = Keeper(self._g, self.repair)
+        writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
+        self._sender = Sender(writes, self._directories, self._keeper, self._counts)
 
     @classmethod
     def from_url(cls, url: str, config: Config) -> RedisCache:
@@ -186,23 +190,17 @@ class RedisCache(HotTier):
             else:
                 await self._calls.call("ping", partial(ping_master, client))
 
-    def _script(self, source: str) -> Script:
-        script = self._scripts.get(source)
-        if script is None:
-            script = self._scripts[source] = Script(source)
-        return script
-
     async def run_script(
         self, what: str, source: str, keys: Sequence[str], args: Sequence[str]
     ) -> Any:
         """Run a Lua script of ours (the sidecar's turn registry) with this tier's bound and
         error mapping. Its keys must share one hash tag (see :meth:`turn_group_prefix`)."""
-        return await self._g.run(what, self._script(source), keys, args)
+        return await self._g.run(what, self._g.script(source), keys, args)
 
     def ride(self, what: str, source: str, keys: Sequence[str], args: Sequence[str]) -> Ride:
         """Like :meth:`run_script`, but sent with this task's next pipeline on the tier (a
         read the same request makes anyway), or alone by ``await ride.result()``."""
-        return self._g.ride(what, self._script(source), keys, args)
+        return self._g.ride(what, self._g.script(source), keys, args)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -272,64 +270,14 @@ class RedisCache(HotTier):
             raise ValueError("a shared hot tier takes no deferred counter step")
         if not scopes:
             return 0
-        outcomes = await self._capture_all(scopes, meta, now, fence, append)
+        outcomes = await self._sender.capture(scopes, meta, now, fence, append)
         return sum(outcome == 1 for outcome in outcomes)
-
-    async def _capture_all(
-        self,
-        scopes: Sequence[Scope],
-        meta: ScopeMeta,
-        now: float,
-        fence: WriteFence | None,
-        append: int | None = None,
-    ) -> list[int]:
-        """Every scope of a group in one script call, every group (a turn has one) and the
-        owner directories in one pipeline: 1 written, 0 older than the cached row, -1 refused
-        by the fence, -2 refused for the group's mark, per scope in order."""
-        by_group: dict[int, list[int]] = {}
-        for i, (key, _, _) in enumerate(scopes):
-            by_group.setdefault(self.layout.key_group(key), []).append(i)
-
-        listed: list[Listed] = []
-
-        def build(pipe: Any) -> None:
-            for group, picked in by_group.items():
-                chosen = [scopes[i] for i in picked]
-                self._writes.capture(pipe, group, chosen, meta, now, fence, append)
-            listed.extend(self._directories.list_keys(pipe, [key for key, _, _ in scopes], now))
-
-        replies = await self._g.batch("capture", build)
-        self._directories.noted(listed, now)
-        outcomes = [0] * len(scopes)
-        for (group, picked), reply in zip(by_group.items(), replies, strict=False):
-            self._g.total(group, reply)
-            for i, outcome in zip(picked, reply[4:], strict=True):
-                outcomes[i] = int(outcome)
-        refused = len(outcomes) - outcomes.count(1) - outcomes.count(0)
-        if -2 in outcomes:
-            self._marks.due = True  # the group cannot vouch for the write: repair, follow
-        self._counts["fenced"] += refused
-        self._counts["stores"] += len(outcomes) - refused
-        return outcomes
 
     async def apply_rows(
         self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
     ) -> None:
-        if not rows:
-            return
-
-        listed: list[Listed] = []
-
-        def build(pipe: Any) -> None:
-            for row in rows:
-                self._writes.apply(pipe, row, now, fence)
-            listed.extend(self._directories.list_keys(pipe, [row.key for row in rows], now))
-
-        replies = await self._g.batch("row write", build)
-        self._directories.noted(listed, now)
-        for row, reply in zip(rows, replies, strict=False):
-            if self._g.total(self.layout.key_group(row.key), reply) == -2:
-                self._marks.due = True
+        if rows:
+            await self._sender.apply(rows, now, fence)
 
     # -- the fence and the mark ----------------------------------------------------------
 
@@ -363,6 +311,7 @@ class RedisCache(HotTier):
         that does not answer is not an error here: the repair is tried again at the next
         call that follows the journal (this process's reads and writes fail on their own).
         At the first contact it is (``CacheUnavailable``): the open fails."""
+        self._keeper.journal = journal  # what a read or write that finds a group short uses
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
         try:
@@ -501,26 +450,13 @@ class RedisCache(HotTier):
     async def scope_keys(self, *, batch: int) -> AsyncIterator[list[ScopeKey]]:
         """Every key held, in batches (see ``ScopeLister``): a ``ZSCAN`` of each group's
         expiry set, which never blocks Redis for long; its cursor may repeat a key."""
-
-        async def expiring() -> AsyncIterator[Any]:
-            for group in self._g.all:
-                expiries = self.layout.base(group) + "x"
-                async for name, _score in self.client.zscan_iter(expiries, count=batch):
-                    yield name
-
-        async for names in _batches(expiring(), batch):
-            yield [key_of(name) for name in names]
+        async for keys in redis_scan.scope_keys(self._g, batch):
+            yield keys
 
     async def clear_prefix(self) -> int:
         """Delete every key under this prefix (tests, resets); returns how many."""
         self._directories.drop()
-        removed = 0
-        pattern = _glob_escape(self.prefix) + "*"
-        async for batch in _scan_batches(self.client, pattern):
-            unlinked = await self._calls.call("clear", partial(self.client.unlink, *batch))
-            removed += int(unlinked)
-        self._g.totals = [(0, 0)] * self.layout.groups
-        return removed
+        return await redis_scan.clear_prefix(self._g, self.prefix)
 
     async def close(self) -> None:
         # The data is shared: closing only lets go of the connections.
@@ -553,27 +489,3 @@ def _counter(d_raw: str | None, exp: str | None, now: float) -> int | None:
     if exp is None or now >= float(exp):
         return None
     return int(json.loads(d_raw)[4]) if d_raw else 0
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
-
-
-async def _scan_batches(client: Client, pattern: str) -> AsyncIterator[list[str]]:
-    async for batch in _batches(client.scan_iter(match=pattern, count=1000), 1000):
-        yield batch
-
-
-async def _batches(names: AsyncIterator[Any], size: int) -> AsyncIterator[list[str]]:
-    """The names a Redis scan yields, in lists of ``size``; a failure is the tier's."""
-    batch: list[str] = []
-    try:
-        async for name in names:
-            batch.append(cast(str, name))
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    except (RedisError, RedisClusterException, OSError) as exc:
-        raise StoreUnavailable(f"Redis scan failed: {exc}") from exc
-    if batch:
-        yield batch

@@ -1,6 +1,8 @@
 """The Redis hot tier's writes as script calls: a turn's capture (the scopes of one group in
 one script) and a durable row's mirror, each queued on a pipeline with its arguments laid out
-as ``capture.lua`` and ``apply.lua`` read them."""
+as ``capture.lua`` and ``apply.lua`` read them (:class:`Writes`), and sent with the owner
+directories' listings, again where a group refused them until it is repaired
+(:class:`Sender`, see :mod:`.keeper`)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model import Message, ScopeKey, ScopeMeta, ScopeRow
+from ...model.errors import CacheUnavailable
 from ...model.fence import WriteFence, author_targets, fence_targets
 from .codec import authors, dumps, durable_json, lua_float, member, message_json, meta_json
+from .directory import Directories, Listed
+from .keeper import WRITE_TRIES, Keeper
 from .scripts import APPLY, CAPTURE, Groups
 
-__all__ = ["Scope", "Writes"]
+__all__ = ["Scope", "Sender", "Writes"]
 
 Scope = tuple[ScopeKey, tuple[Message, ...], ScopeRow | None]
 
@@ -49,6 +54,7 @@ class Writes:
             dumps(now),
             str(len(scopes)),
             "" if append is None else str(append),
+            str(self.g.marks.known),  # a group short of it refuses the write (see unvouched)
         ]
         keys = self.g.declared(group)
         for key, messages, row in scopes:
@@ -122,6 +128,111 @@ class Writes:
             self.margin_ms,
             "" if fence is None else str(fence.position),
             targets,
+            str(self.g.marks.known),
         ]
         keys = self.g.declared(group, layout.record(key, name), owner_index, channel_index)
         self.g.eval(pipe, APPLY, keys, args)
+
+
+@dataclass
+class Sender:
+    """Sends one tier's writes: each in one pipeline with the owner directories' listings,
+    then again, for the groups that refused it as unable to vouch for it (``-2``), once the
+    keeper repaired them (at most ``WRITE_TRIES`` sends)."""
+
+    writes: Writes
+    directories: Directories
+    keeper: Keeper
+    counts: dict[str, int]
+
+    async def capture(
+        self,
+        scopes: Sequence[Scope],
+        meta: ScopeMeta,
+        now: float,
+        fence: WriteFence | None,
+        append: int | None = None,
+    ) -> list[int]:
+        """Every scope of a group in one script call, every group (a turn has one) and the
+        owner directories in one pipeline: 1 written, 0 older than the cached row, -1 refused
+        by the fence, per scope in order. Raises :class:`CacheUnavailable` when a group still
+        cannot vouch for the write after its repair: its messages were not kept."""
+        g = self.writes.g
+        by_group: dict[int, list[int]] = {}
+        for i, (key, _, _) in enumerate(scopes):
+            by_group.setdefault(g.layout.key_group(key), []).append(i)
+        outcomes = [0] * len(scopes)
+        listed: list[Listed] = []
+        pending = list(by_group)
+        for attempt in range(WRITE_TRIES):
+
+            def build(pipe: Any, groups: list[int] = pending, first: bool = attempt == 0) -> None:
+                for group in groups:
+                    chosen = [scopes[i] for i in by_group[group]]
+                    self.writes.capture(pipe, group, chosen, meta, now, fence, append)
+                if first:
+                    keys = [key for key, _, _ in scopes]
+                    listed.extend(self.directories.list_keys(pipe, keys, now))
+
+            replies = await g.batch("capture", build)
+            if attempt == 0:
+                self.directories.noted(listed, now)
+            refused = []
+            for group, reply in zip(pending, replies, strict=False):
+                g.total(group, reply)
+                for i, outcome in zip(by_group[group], reply[4:], strict=True):
+                    outcomes[i] = int(outcome)
+                if int(reply[4]) == -2:  # a refusal of the group's: every scope has it
+                    refused.append(group)
+            if not refused or fence is None:
+                break
+            verdict = await self.keeper.vouch(refused, fence.position, attempt, now)
+            if verdict == "fenced":  # a prune since the write began refuses it
+                outcomes = [-1 if o == -2 else o for o in outcomes]
+            if verdict != "again":
+                break
+            pending = refused
+        written = outcomes.count(1) + outcomes.count(0)
+        self.counts["fenced"] += len(outcomes) - written
+        self.counts["stores"] += written
+        if -2 in outcomes:
+            g.marks.due = True
+            raise CacheUnavailable(
+                f"Redis could not vouch for this capture in its group "
+                f"{', '.join(map(str, pending))}: it lost or rolled back its data and the "
+                "repair did not finish (see the warning logged). The messages were not kept "
+                "in the hot tier: capture the turn again"
+            )
+        return outcomes
+
+    async def apply(
+        self, rows: Sequence[ScopeRow], now: float, fence: WriteFence | None = None
+    ) -> None:
+        """Each row's mirror (its group's apply script), all in one pipeline with the owner
+        directories. A row still refused after the repair is left out: it is durable, and
+        read through when asked for."""
+        g = self.writes.g
+        listed: list[Listed] = []
+        pending = list(range(len(rows)))
+        for attempt in range(WRITE_TRIES):
+
+            def build(pipe: Any, picked: list[int] = pending, first: bool = attempt == 0) -> None:
+                for i in picked:
+                    self.writes.apply(pipe, rows[i], now, fence)
+                if first:
+                    listed.extend(self.directories.list_keys(pipe, [r.key for r in rows], now))
+
+            replies = await g.batch("row write", build)
+            if attempt == 0:
+                self.directories.noted(listed, now)
+            refused = [
+                i
+                for i, reply in zip(pending, replies, strict=False)
+                if g.total(g.layout.key_group(rows[i].key), reply) == -2
+            ]
+            if not refused or fence is None:
+                break
+            groups = sorted({g.layout.key_group(rows[i].key) for i in refused})
+            if await self.keeper.vouch(groups, fence.position, attempt, now) != "again":
+                break
+            pending = refused

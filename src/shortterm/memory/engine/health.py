@@ -9,10 +9,14 @@ says nothing about the durable tier, and a context cannot be served without it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from ...model.errors import CacheUnavailable, StoreUnavailable
 
-__all__ = ["COUNTERS", "Health"]
+__all__ = ["COUNTERS", "Health", "Seen", "watching"]
 
 log = logging.getLogger("shortterm")
 
@@ -34,6 +38,31 @@ COUNTERS = (
 )
 
 
+@dataclass
+class Seen:
+    """What one call (a capture) met of the durable tier: whether its write was kept in the
+    hot tier only (``degraded``), and the durable tier's error that made it so."""
+
+    degraded: bool = False
+    reason: str | None = None
+
+
+# The call in progress in this task that watches (see watching()); None: nobody asks.
+_SEEN: ContextVar[Seen | None] = ContextVar("shortterm_seen", default=None)
+
+
+@contextmanager
+def watching() -> Iterator[Seen]:
+    """What the durable tier did to the calls made inside, in this task: the process-wide
+    ``degraded`` flag and counters cannot tell the caller whether its own write was kept."""
+    seen = Seen()
+    token = _SEEN.set(seen)
+    try:
+        yield seen
+    finally:
+        _SEEN.reset(token)
+
+
 class Health:
     """The counters, and whether the durable tier and the hot tier are failing (each logged
     once per outage)."""
@@ -45,6 +74,8 @@ class Health:
 
     def count(self, name: str, n: int = 1) -> None:
         self._counts[name] += n  # a KeyError names a counter that does not exist
+        if name == "degraded_captures" and (seen := _SEEN.get()) is not None:
+            seen.degraded = True  # the caller watching learns it of its own capture
 
     def value(self, name: str) -> int:
         return self._counts[name]
@@ -60,6 +91,8 @@ class Health:
         if isinstance(exc, CacheUnavailable):
             self.cache_failed(what, exc)
             return
+        if (seen := _SEEN.get()) is not None:
+            seen.reason = str(exc)
         if counted:
             self._counts["store_errors"] += 1
         if not self.degraded:

@@ -8,6 +8,6 @@
     tool_call.py        the tool's durable call and definitions
 """
 
-from .turn import Turn
+from .turn import Captured, Turn
 
-__all__ = ["Turn"]
+__all__ = ["Captured", "Turn"]

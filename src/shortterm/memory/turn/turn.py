@@ -11,6 +11,7 @@ server scope in a guild and the user scope in a DM.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -28,6 +29,7 @@ from ...model.fence import WriteFence
 from ...prompt.context import Context
 from ...tool.spec import ToolSpec
 from .. import rules
+from ..engine.health import watching
 from ..forwarded import Forwarded
 from ..turn_args import TurnArgs
 from . import tool_call as _tool
@@ -38,9 +40,20 @@ if TYPE_CHECKING:
     from ...model import Entry
     from ..engine.engine import Engine
 
-__all__ = ["Turn"]
+__all__ = ["Captured", "Turn"]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """What :meth:`Turn.capture` did. ``degraded``: the durable tier failed, so the messages
+    were kept in the hot tier only (they live until its TTL or a restart, and the turn
+    counter's step was lost); ``reason`` is the durable tier's error. Not an exception: the
+    turn was captured, as far as it could be."""
+
+    degraded: bool = False
+    reason: str | None = None
 
 
 class Turn:
@@ -218,7 +231,7 @@ class Turn:
         stopped: bool = False,
         fence: WriteFence | None = None,
         append: bool = False,
-    ) -> None:
+    ) -> Captured:
         """Keep the recent dialogue of this turn.
 
         Replaces the messages of the user scope and, in a guild, the server scope with the
@@ -235,6 +248,9 @@ class Turn:
         ``fence``: for a surface that builds ``history`` from the stored messages, the
         ``memory.begin_write(user_id)`` it took before reading them, so that a forget landing
         after that read drops this capture. By default the capture takes its own.
+
+        Returns :class:`Captured`: ``degraded`` when the durable tier failed and the messages
+        were kept in the hot tier only (``memory.stats()`` counts it as well).
         """
         history = _checked("history", history, Message)
         replies = _checked("replies", replies, Reply)
@@ -243,7 +259,7 @@ class Turn:
         if type(append) is not bool:
             raise InvalidInput("append", append, "True or False")
         engine = self._engine
-        with engine.operation():
+        with engine.operation(), watching() as seen:
             await engine.capture(
                 self.args,
                 history,
@@ -253,6 +269,7 @@ class Turn:
                 fence=fence,
                 append=append,
             )
+        return Captured(seen.degraded, seen.reason if seen.degraded else None)
 
 
 def _checked(name: str, items: object, kind: type[T]) -> list[T]:

@@ -1,7 +1,8 @@
 -- Every scope of one turn's capture, in one atomic call. ARGV: P, now, message expiry (also
 -- the fallback expiry), margin_ms, fence position ('' = none), capture time as JSON, scope
 -- count, append ('' = the messages replace the stored ones; n = they follow the stored ones,
--- a stored message whose id they carry dropped, and the newest n are kept); then per scope:
+-- a stored message whose id they carry dropped, and the newest n are kept), the newest
+-- forget the writer knows (see ``unvouched``); then per scope:
 -- member, ok, ck, row_rev ('' = no row), meta, d, vexp, targets, author count A,
 -- A x (author, author as JSON, author target), message count M, M x (author number: 1..A,
 -- 0 = none; message as JSON), authors sorted as Python sorts them.
@@ -15,7 +16,7 @@
 -- messages (only its mirror is stale): two turns appending at once both stay.
 local now, mexp, margin = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local pos, at, append = ARGV[5], ARGV[6], tonumber(ARGV[8])
-if unvouched(pos) then
+if unvouched(pos, ARGV[9]) then
   local t = totals(0)
   for _ = 1, tonumber(ARGV[7]) do table.insert(t, -2) end
   return t
@@ -163,7 +164,7 @@ local function capture(i)
   return 1, after
 end
 
-local outcomes, applied, i = {}, 0, 9
+local outcomes, applied, i = {}, 0, 10
 for _ = 1, tonumber(ARGV[7]) do
   local outcome
   outcome, i = capture(i)

@@ -86,12 +86,17 @@ end
 
 -- Whether a fenced write must be refused because this group cannot vouch for it: the mark
 -- (``P fm``, see mark.lua) is missing or being set (the group lost its data, or never had
--- any: its tombstones cannot be trusted), or the group was reset at a journal position above
--- the write's (the '*' tombstone: forgets before it were never seen here). The process then
--- repairs the group and follows the journal past that position.
-local function unvouched(pos_s)
+-- any: its tombstones cannot be trusted), or is below `known_s`, the newest forget the writer
+-- knows (the group went back in time: the forget's tombstones are missing, and the records it
+-- evicted are back, which would hide the write and then take it with them when the group is
+-- repaired), or the group was reset at a journal position above the write's (the '*'
+-- tombstone: forgets before it were never seen here). The process repairs the group (and
+-- replays the forgets since the write's position into its fence: see backfill.lua), then
+-- writes again.
+local function unvouched(pos_s, known_s)
   if pos_s == '' then return false end
-  if not tonumber(redis.call('GET', P .. 'fm') or '') then return true end
+  local fm = tonumber(redis.call('GET', P .. 'fm') or '')
+  if not fm or fm < tonumber(known_s) then return true end
   local star = redis.call('HGET', P .. 'tb', '*')
   return star ~= false and tonumber(star) > tonumber(pos_s)
 end
