@@ -1,12 +1,16 @@
-"""What a write of the Redis tier does when its group cannot vouch for it.
+"""What a read or a write of the Redis tier does when its group cannot vouch for it.
 
+- **A read that finds its group short** (its mark below what this process knows was
+  forgotten: another process's forget whose marks are still moving, a Redis gone back in time)
+  repairs it at once and reads again, rather than serving nothing: an entry that exists is
+  found, whatever forget is running elsewhere.
 - **A write refused because its group cannot vouch for it** (``-2``: no mark, a mark behind,
   a reset above the write's position) is written again once the group is repaired and, for a
   reset above it, once the forgets since the write's position are in the group's fence
   (:func:`.repair.backfill`). A write still refused after that is reported, never dropped in
   silence.
 
-Repairs a write asks for run one at a time in a process (concurrent calls that
+Repairs a read or a write asks for run one at a time in a process (concurrent calls that
 found the same group short wait for the first, then find nothing left to do). The repair
 needs the journal: the one the tier's last repair was given (the journal follower repairs
 when the process opens), so a tier never repaired only notes the group as due.
@@ -35,7 +39,7 @@ Repair = Callable[[JournalReader, float], Awaitable[int]]
 
 
 class Keeper:
-    """The repairs one tier's writes ask for."""
+    """The repairs one tier's reads and writes ask for."""
 
     def __init__(self, g: Groups, repair: Repair) -> None:
         self._g = g

@@ -31,9 +31,9 @@ forget, and each group keeps a *mark*, the journal position up to which it has a
 forget. Every reply carries it; a group short of what the process knows was forgotten serves
 nothing until the forgets it lost are replayed from the journal, and a group without a mark is
 reset before it takes a fenced write (:mod:`.repair`). The replay and the mark's move are
-one script, so a group that goes back in time takes its mark back with what it lost. A write
-a group refused is written again once it is repaired (:mod:`.keeper`): an acknowledged
-capture is never dropped in silence.
+one script, so a group that goes back in time takes its mark back with what it lost. A read
+that finds its group short repairs it and reads again, and a write it refused is written again
+once it is repaired (:mod:`.keeper`): an acknowledged capture is never dropped in silence.
 
 **Eviction.** A forget finds records through indexes; a Redis that evicts keys could drop an
 index and keep its records. The tier refuses to open on a Redis whose ``maxmemory-policy`` is
@@ -212,22 +212,26 @@ class RedisCache(HotTier):
         return self.crude_ttl_s, self.summary_ttl_s
 
     async def counter(self, key: ScopeKey, now: float) -> int | None:
-        d_raw, exp = await self._read(key, ("d", "exp"))
+        d_raw, exp = await self._read(key, ("d", "exp"), now)
         return _counter(d_raw, exp, now)
 
-    async def _read(self, key: ScopeKey, fields: Sequence[str]) -> list[Any]:
-        """One record's fields with its group's mark (one round trip); all ``None`` when the
-        group is short of what this process knows was forgotten (it is repaired first)."""
+    async def _read(self, key: ScopeKey, fields: Sequence[str], now: float) -> list[Any]:
+        """One record's fields with its group's mark (one round trip). A group short of what
+        this process knows was forgotten is repaired and read again; all ``None`` when it
+        cannot be (nothing it cannot vouch for is served)."""
         group = self.layout.key_group(key)
         record, mark = self.layout.record(key, member(key)), self.layout.base(group) + "fm"
-        values, raw = await self._g.run("read", READ, (record, mark), fields)
-        if not self._marks.seen(group, raw):
-            return [None] * len(fields)
-        return cast(list[Any], values)
+        for mended in (False, True):
+            values, raw = await self._g.run("read", READ, (record, mark), fields)
+            if self._marks.seen(group, raw):
+                return cast(list[Any], values)
+            if mended or not await self._keeper.mend(now):
+                break
+        return [None] * len(fields)
 
     async def live(self, key: ScopeKey, now: float) -> tuple[Entry | None, int | None]:
         name = member(key)
-        meta_raw, d_raw, m_raw, exp = await self._read(key, ("meta", "d", "m", "exp"))
+        meta_raw, d_raw, m_raw, exp = await self._read(key, ("meta", "d", "m", "exp"), now)
         entry = None
         if meta_raw is not None:
             entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
@@ -237,8 +241,11 @@ class RedisCache(HotTier):
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
     ) -> tuple[list[Entry], bool]:
-        """Through the owner directory (see :mod:`.directory`): usually one round trip."""
+        """Through the owner directory (see :mod:`.directory`): usually one round trip. A
+        group found short is repaired, and the owner read again."""
         read = await self._directories.read(kind, owner_id, now, self._marks)
+        if self._marks.due and await self._keeper.mend(now):
+            read = await self._directories.read(kind, owner_id, now, self._marks)
         self._settings_seen = max(self._settings_seen, read.settings_seen)
         self._counts["hits"] += len(read.entries)
         return read.entries, read.marked
