@@ -75,12 +75,21 @@ def _npm() -> str:
 def _registry(npm: str) -> None:
     """Skip (fail in CI) when the npm registry does not answer."""
     try:
-        done = subprocess.run([npm, "ping"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [npm, "ping", "--fetch-retries=0", "--fetch-timeout=20000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         _unavailable("the npm registry did not answer `npm ping` within 60 s")
         return
     if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        # npm's own cause: the fetch error ("... connect ECONNREFUSED ..."), else its code.
+        lines = [line.removeprefix("npm error ") for line in done.stderr.splitlines()]
+        said = next((line for line in lines if "Error:" in line), "") or next(
+            (line for line in lines if line.startswith("code ")), "no output"
+        )
         _unavailable(f"the npm registry is unreachable (`npm ping`: {said})")
 
 

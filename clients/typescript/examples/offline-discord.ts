@@ -198,17 +198,13 @@ export class OfflineDiscord {
     let world: OfflineDiscord | undefined;
     const http = createServer((request, response) => {
       void world!.#serve(request, response).catch((error: unknown) => {
-        response.writeHead(500).end(String(error));
+        if (!response.headersSent) response.writeHead(500);
+        response.end(String(error));
       });
     });
     await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
     world = new OfflineDiscord(http);
     return world;
-  }
-
-  /** Whether a bot has logged in over the gateway (and not disconnected). */
-  get connected(): boolean {
-    return this.#socket !== undefined;
   }
 
   /** A channel's messages, oldest first: what people said there, and the bot's replies. */
