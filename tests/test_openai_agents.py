@@ -29,6 +29,7 @@ from shortterm.integrations.openai_agents import ShortTermSession
 from shortterm.model import ServerSettings
 from shortterm.tool import texts
 from tests.fake_model_process import FakeModelProcess, fake_model_process
+from tests.test_openai_agents_contract import needs_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER, USER = "333", "111"
@@ -88,7 +89,7 @@ async def test_the_sdk_accepts_it_as_a_session(memory: shortterm.Memory) -> None
     s = session(memory)
     assert isinstance(s, Session)  # the SDK's runtime-checkable protocol
     assert s.session_id == '["shortterm","server","333","222",null]'
-    assert s.session_settings is None
+    assert s.session_settings == SessionSettings()  # as the SDK's own sessions
     assert await s.get_items() == []
     assert await s.pop_item() is None
 
@@ -188,7 +189,8 @@ async def test_the_nudge_comes_with_the_tool_only(
     assert len(items) == len(plain) + 1
 
 
-async def test_add_items_keeps_the_dialogue_and_skips_tool_items(
+@needs_raw
+async def test_add_items_keeps_every_item_and_captures_at_the_answer(
     memory: shortterm.Memory,
 ) -> None:
     s = session(memory)
@@ -196,26 +198,29 @@ async def test_add_items_keeps_the_dialogue_and_skips_tool_items(
     # Held until the answer: visible to the session, not yet captured.
     assert await s.get_items() == [{"role": "user", "content": "what is the plan?"}]
     assert await memory.get(s.live_key) is None
-    await s.add_items(
-        [
-            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": "secret tool output"},
-            {"role": "developer", "content": "operator words"},
-            {
-                "type": "message",
-                "role": "assistant",
-                "id": "msg_1",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "we hike", "annotations": []}],
-            },
-        ]
-    )
-    assert await s.get_items() == [
-        {"role": "user", "content": "what is the plan?"},
-        {"role": "assistant", "content": "we hike"},
+    run = [
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "tool output"},
+        {"role": "developer", "content": "operator words"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "we hike", "annotations": []}],
+        },
     ]
-    assert await s.get_items(limit=1) == [{"role": "assistant", "content": "we hike"}]
+    await s.add_items(run)
+    assert await s.get_items() == [{"role": "user", "content": "what is the plan?"}, *run]
+    assert await s.get_items(limit=1) == run[-1:]
     assert await s.get_items(limit=0) == []
+    # The channel's messages are its dialogue: what recall renders elsewhere.
+    entry = await memory.get(s.live_key)
+    assert entry is not None
+    assert [(m.role, m.content) for m in entry.messages] == [
+        ("user", "what is the plan?"),
+        ("assistant", "we hike"),
+    ]
 
 
 async def test_get_items_shows_other_people_by_name(memory: shortterm.Memory) -> None:

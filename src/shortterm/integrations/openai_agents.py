@@ -2,57 +2,61 @@
 
 ``pip install 'shortterm[openai-agents]'``. One :class:`ShortTermSession` is one user talking
 in one channel (of a server, or a DM) to one persona; pass it to ``Runner.run(...,
-session=...)`` and the SDK reads the prompt's history from it and hands it each finished item:
+session=...)`` (or ``run_sync``, ``run_streamed``) and the SDK reads the prompt's history from
+it and hands it each finished item. It keeps the SDK's session contract: the items come back
+in the order they were added and in the shape they were added (text parts, function calls
+and their outputs, reasoning, whatever the item types), within the window of the newest
+``max_messages`` messages that shortterm keeps of a channel.
 
 - :meth:`~ShortTermSession.get_items`: what memory recalls for this turn, as the read path
   renders it (:meth:`Turn.context`: the other channels' block, then this channel's summary or
-  notes; quoted, escaped data in ``user`` messages), then this channel's recent messages as
-  ``user`` / ``assistant`` messages, and the cadence nudge (only when the agent carries
-  :meth:`~ShortTermSession.tool`) spliced at the server's nudge depth. ``limit`` counts the
-  channel's messages; the recalled memory always leads.
-- :meth:`~ShortTermSession.add_items`: user messages are held until the turn's answer arrives;
-  a batch that ends with an assistant message captures the turn (``Turn.capture(...,
-  append=True)``: the user's messages, each with a message id, and the assistant's text are
-  added after the channel's stored messages inside the hot tier's atomic write). Tool calls, tool
-  outputs, reasoning and operator (system / developer) items are not kept: they are the
-  run's machinery, not the channel's dialogue, and the memory tool keeps what is worth
-  keeping of them.
-- :meth:`~ShortTermSession.pop_item`: the newest message held for the turn, else the caller's
-  newest message in this channel's memory: one they wrote, or a reply of the bot to one they
-  wrote (a reply belongs to the user message before it). Another person's messages, and the
-  bot's replies to them, stay. Removed from the caller's own scope too.
+  notes; quoted, escaped data in ``user`` messages), then this channel's items, oldest first,
+  and the cadence nudge (only when the agent carries :meth:`~ShortTermSession.tool`) spliced
+  at the server's nudge depth. ``limit`` (or ``session_settings.limit``) counts the channel's
+  items; the recalled memory leads them, and ``limit=0`` gives nothing.
+- :meth:`~ShortTermSession.add_items`: items are held in the session until the answer that
+  ends their turn; then the turn is captured (``Turn.capture(..., append=True)``): each item
+  with a user's or the assistant's text is a message of that text (recall in other channels
+  renders the text only), carrying in its ``raw`` the SDK's items of it and of the items
+  without text that follow it (tool calls and outputs, reasoning). See
+  :mod:`.history_items`.
+- :meth:`~ShortTermSession.pop_item`: the newest item held for the turn, else the caller's
+  newest item in this channel's memory: of a message they wrote, or of the bot's reply to
+  one they wrote. Another person's messages, and the bot's replies to them, stay.
 - :meth:`~ShortTermSession.clear_session`: forgets the channel, as the Discord cog's
   ``/refresh`` does (``memory.clear_channel``: every user, persona and scope of it).
 
-A session serves one run at a time (its methods take a lock); in a multi-party chat create
-one per incoming message, since the triggering user is part of it.
-
-Two users' turns in one channel saved at the same moment are both kept, in one process or
-in several sharing a hot tier: a capture appends inside the tier's atomic write rather than
-writing back a list it read. A pop rewrites the list it read, so in one process the captures
-and pops of a channel take turns (see docs/openai-agents.md, "Several people in one channel").
+A session serves one run at a time; in a multi-party chat create one per incoming message,
+since the triggering user is part of it. Its work runs on the memory's event loop: called
+from another loop (``Runner.run_sync`` in a worker thread), it hands the work over while that
+loop runs (see :mod:`.home_loop`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..memory import rules
 from ..memory.turn_args import TurnArgs
-from ..model import Message, Reply, ScopeKey
+from ..model import Entry, Message, Reply, ScopeKey
 from ..model.errors import ExtraMissing, InvalidInput
 from ..prompt.context import Context
 from ..prompt.inject import inject
 from ..tool.spec import render
 from ..tool.texts import TOOL_NAME
+from . import history_items as hi
+from .home_loop import HomeLoop
+from .openai_agents_items import held_item, items_of, plain, prefixed
 from .scope_locks import scope_lock
 
 try:
     from agents import FunctionTool, RunContextWrapper, TResponseInputItem
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings
     from agents.tool_context import ToolContext
 except ModuleNotFoundError as exc:  # pragma: no cover - the dev extra installs it
     if exc.name and exc.name.split(".")[0] == "agents":
@@ -60,13 +64,12 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the dev extra installs 
     raise
 
 if TYPE_CHECKING:
-    from agents.memory import SessionSettings
-
     from ..memory.facade import Memory
     from ..memory.turn import Turn
 
 __all__ = ["ShortTermSession"]
 
+T = TypeVar("T")
 _SET_PER_RUN = ("user_message", "has_tools")  # the run's own, not the session's
 
 
@@ -75,7 +78,11 @@ class ShortTermSession:
 
     Keyword arguments are those of ``memory.turn(...)`` (see ``TurnArgs``), but for the two
     each run sets (``user_message``, ``has_tools``). ``session_id`` defaults to a string naming
-    the scope. ``session_settings`` is the SDK's (e.g. ``SessionSettings(limit=6)``).
+    the scope. ``session_settings``: the SDK's ``SessionSettings`` or a dict of its fields
+    (checked now, as the SDK's own sessions do). ``max_item_chars``: the most JSON one
+    message's items may take (default 4 x the memory's ``max_message_chars``); a message whose
+    items take more keeps its text item alone. ``loop``: the event loop the memory serves on,
+    when it is not the one running here.
     """
 
     session_settings: SessionSettings | None
@@ -85,7 +92,9 @@ class ShortTermSession:
         memory: Memory,
         *,
         session_id: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_chars: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
         **turn: Any,
     ) -> None:
         self.memory = memory
@@ -98,13 +107,28 @@ class ShortTermSession:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise InvalidInput("session_id", session_id, "a non-empty string or None")
         self.session_id = session_id or _describe(probe.live_key)
-        self.session_settings = session_settings
-        self._lock = asyncio.Lock()
+        # TypeError for anything else, or a dict with an unknown field, as SQLiteSession.
+        self.session_settings = (
+            SessionSettings() if session_settings is None
+            else coerce_session_settings(session_settings)
+        )  # fmt: skip
+        config = memory.config
+        if max_item_chars is None:
+            max_item_chars = hi.DEFAULT_ITEM_CHARS_PER_MESSAGE_CHARS * config.max_message_chars
+        elif isinstance(max_item_chars, bool) or not isinstance(max_item_chars, int):
+            raise InvalidInput("max_item_chars", max_item_chars, "a positive integer or None")
+        if max_item_chars < 1:
+            raise InvalidInput("max_item_chars", max_item_chars, "a positive integer or None")
+        self.max_item_chars = max_item_chars
+        self._plain = plain(config.max_message_chars)
+        self._home = HomeLoop("ShortTermSession", loop)
+        self._lock = asyncio.Lock()  # one operation at a time, on the memory's loop
+        # The items of the run in progress, not captured yet. Items without a turn to end
+        # are added from any thread (the SDK may call from a loop of its own); the rest of
+        # the session's work runs on the memory's loop, under _lock.
+        self._held: list[hi.Held] = []
+        self._held_guard = threading.Lock()
         self._turn: Turn | None = None
-        # The run in progress: what the user said, and what the assistant said before its
-        # final answer (text next to a tool call).
-        self._said: list[Message] = []
-        self._replies: list[str] = []
 
     # -- the turn of the run in progress ------------------------------------------------
 
@@ -113,9 +137,12 @@ class ShortTermSession:
         return self.memory.turn_from(args)
 
     def _current_turn(self) -> Turn:
-        if self._turn is None:
-            self._turn = self._new_turn(" ".join(m.content for m in self._said))
-        return self._turn
+        turn = self._turn
+        if turn is None:
+            with self._held_guard:
+                said = " ".join(h.text for h in self._held if h.kind == "user" and h.text)
+            turn = self._turn = self._new_turn(said)
+        return turn
 
     @property
     def live_key(self) -> ScopeKey:
@@ -125,80 +152,55 @@ class ShortTermSession:
     # -- the Session protocol ------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Recalled memory first, then the latest ``limit`` messages of this channel (all
-        when ``None``), oldest first; the cadence nudge at the server's nudge depth."""
+        """Recalled memory first, then the latest ``limit`` items of this channel (by default
+        ``session_settings.limit``; all when ``None``), oldest first; the cadence nudge at the
+        server's nudge depth. ``limit=0``: nothing."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise InvalidInput("limit", limit, "None or a non-negative integer")
-        async with self._lock:
-            turn = self._current_turn()
-            ctx = await turn.context()
-            dialogue = [*await self._stored(turn), *self._said]
-            if limit is not None:
-                dialogue = dialogue[-limit:] if limit > 0 else []
-            items = [self._as_item(m) for m in dialogue]
-            nudge = ctx.nudge if self._tool_offered else None
-            if nudge is None:
-                # Memory leads. This is what inject() gives at depth -1: the dialogue is our
-                # own fresh user / assistant dicts (no operator message to pass, nothing its
-                # checks or copies would change), so the top is index 0.
-                memory: list[TResponseInputItem] = [
-                    {"role": item.role, "content": item.text} for item in ctx.items
-                ]
-                return memory + items
-            # Memory leads (-1: anchored at the top, after the agent's instructions).
-            placed = Context(list(ctx.items), nudge, -1, ctx.nudge_depth)
-            return inject(items, placed, format="openai-responses")  # type: ignore[return-value]
+            raise InvalidInput("limit", limit, "None or an integer")
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit == 0:
+            return []
+        return await self._on_home(lambda: self._get(limit))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Hold the user's messages; a batch ending with the assistant's answer captures the
-        turn (tool items, reasoning and operator messages are not kept)."""
-        async with self._lock:
-            answered = False
-            for item in items:
-                role, text = _dialogue_text(item)
-                if role is None:
-                    if _is_tool_item(item):
-                        answered = False  # the run goes on after a tool call
-                    continue
-                if role == "user":
-                    self._said.append(
-                        Message(
-                            "user",
-                            text,
-                            author_id=self._args.user_id,
-                            speaker=self._args.user_name,
-                            at=self.memory.clock(),
-                            # An identity, so a retried capture does not add it twice.
-                            message_id=uuid.uuid4().hex,
-                        )
-                    )
-                    self._turn = None  # a new message: the intent gate reads it again
-                    answered = False
-                else:
-                    self._replies.append(text)
-                    answered = True
-            if answered:
-                await self._capture()
+        """Hold the items; the answer that ends a turn captures it (see the module docs)."""
+        if isinstance(items, str | bytes) or not isinstance(items, list | tuple):
+            raise InvalidInput("items", items, "a list of the SDK's input items (dicts)")
+        clock = self.memory.clock
+        new = [held_item(item, clock(), uuid.uuid4().hex) for item in items]
+        if not new:
+            return
+        with self._held_guard:
+            self._held.extend(new)
+            self._trim_held()
+            due = hi.turn_end(self._held) >= 0
+        if any(h.kind == "user" for h in new):
+            self._turn = None  # a new message: the intent gate reads it again
+        if due:
+            await self._on_home(self._capture_due)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the caller's newest message: one held for the run in progress,
-        else the newest in this channel's memory that this user wrote or that the bot wrote
-        in reply to them. ``None`` when there is none."""
-        async with self._lock:
-            if self._replies:
-                return self._as_item(self._reply(self._replies.pop()))
-            if self._said:
-                self._turn = None
-                return self._as_item(self._said.pop())
-            return await self._pop_stored()
+        """Remove and return the caller's newest item: one held for the run in progress, else
+        the newest in this channel's memory of a message this user wrote or of the bot's reply
+        to one. ``None`` when there is none."""
+        return await self._on_home(self._pop)
 
     async def clear_session(self) -> None:
         """Forget this channel (every user, persona and scope of it), like ``/refresh``."""
-        async with self._lock:
-            self._said.clear()
-            self._replies.clear()
-            self._turn = None
-            await self.memory.clear_channel(self._args.channel_id)
+
+        async def clear() -> None:
+            async with self._lock:
+                with self._held_guard:
+                    self._held.clear()
+                self._turn = None
+                await self.memory.clear_channel(self._args.channel_id)
+
+        await self._on_home(clear)
+
+    def close(self) -> None:
+        """Nothing to close: the memory is the caller's (for code written for the SDK's
+        sessions, which have a ``close``)."""
 
     # -- the memory tool ------------------------------------------------------------------
 
@@ -217,8 +219,11 @@ class ShortTermSession:
         spec = render(turn.tool_spec(), "openai-responses")
 
         async def invoke(_ctx: ToolContext[Any], arguments: str) -> str:
-            result = await self._current_turn().call_tool(TOOL_NAME, arguments)
-            return result.message
+            async def call() -> str:
+                result = await self._current_turn().call_tool(TOOL_NAME, arguments)
+                return result.message
+
+            return await self._on_home(call)
 
         def enabled(_ctx: RunContextWrapper[Any], _agent: object) -> bool:
             return self._current_turn().tool_available()
@@ -232,31 +237,104 @@ class ShortTermSession:
             is_enabled=enabled,
         )
 
-    # -- helpers ----------------------------------------------------------------------------
+    # -- on the memory's loop ---------------------------------------------------------------
 
-    def _reply(self, text: str) -> Message:
-        return Message("assistant", text, speaker=self._args.bot_name)
+    async def _on_home(self, work: Callable[[], Awaitable[T]]) -> T:
+        return await self._home.run(work)
 
-    def _as_item(self, message: Message) -> TResponseInputItem:
-        content = message.content
-        others = message.author_id is not None and message.author_id != self._args.user_id
-        if message.role == "user" and others and message.speaker:
-            content = f"{message.speaker}: {content}"  # someone else in a multi-party channel
-        return {"role": message.role, "content": content}
+    async def _get(self, limit: int | None) -> list[TResponseInputItem]:
+        async with self._lock:
+            turn = self._current_turn()
+            ctx = await turn.context()
+            dialogue = [*await self._stored_items(turn), *self._held_items()]
+            if limit is not None and limit > 0:  # a negative limit is none, as in SQLiteSession
+                dialogue = dialogue[-limit:]
+            nudge = ctx.nudge if self._tool_offered else None
+            if nudge is None:
+                # Memory leads. This is what inject() gives at depth -1: the dialogue is ours
+                # (no operator message to pass, nothing its checks or copies would change).
+                memory: list[TResponseInputItem] = [
+                    {"role": item.role, "content": item.text} for item in ctx.items
+                ]
+                return memory + dialogue  # type: ignore[operator]
+            placed = Context(list(ctx.items), nudge, -1, ctx.nudge_depth)
+            return inject(dialogue, placed, format="openai-responses")  # type: ignore[return-value]
 
-    async def _stored(self, turn: Turn) -> list[Message]:
+    async def _stored_items(self, turn: Turn) -> list[dict[str, Any]]:
         seen = turn.live_seen  # read by the context just built: no second read of the tier
         entry = seen[0] if seen is not None else await self.memory.get(turn.live_key)
-        return list(entry.messages) if entry is not None else []
+        if entry is None:
+            return []
+        out: list[dict[str, Any]] = []
+        me = self._args.user_id
+        for m in entry.messages:
+            items = items_of(m)
+            if m.role == "user" and m.speaker and m.author_id is not None and m.author_id != me:
+                items = prefixed(items, m.speaker)  # someone else in a multi-party channel
+            out.extend(items)
+        return out
 
-    async def _capture(self) -> None:
-        turn = self._current_turn()
-        replies = [Reply(text, persona_id=self._args.persona_id) for text in self._replies]
-        async with scope_lock(self.memory, turn.live_key):  # a pop of this process waits
-            await turn.capture(history=self._said, replies=replies, append=True)
-        self._said.clear()
-        self._replies.clear()
-        self._turn = None  # the next run is a new turn, with its own guards
+    def _held_items(self) -> list[dict[str, Any]]:
+        with self._held_guard:
+            return [json.loads(h.raw) for h in self._held]
+
+    def _trim_held(self) -> None:
+        """Held items beyond what a capture keeps go, oldest first (under _held_guard)."""
+        texts = self.memory.config.max_messages
+        self._held = hi.trimmed(self._held, texts, texts * self.max_item_chars)
+
+    async def _capture_due(self) -> None:
+        async with self._lock:
+            with self._held_guard:
+                end = hi.turn_end(self._held)
+                taken = self._held[: end + 1]
+            if not taken:
+                return  # captured meanwhile
+            turn = self._current_turn()
+            history, reply = self._turn_messages(taken)
+            async with scope_lock(self.memory, turn.live_key):  # a pop of this process waits
+                await turn.capture(history=history, replies=[reply], append=True)
+            gone = {h.message_id for h in taken}
+            with self._held_guard:
+                self._held = [h for h in self._held if h.message_id not in gone]
+            self._turn = None  # the next run is a new turn, with its own guards
+
+    def _turn_messages(self, taken: list[hi.Held]) -> tuple[list[Message], Reply]:
+        """The captured turn: every text item's message (with its riders) in order, the last
+        (the answer) as the reply."""
+        args, cap = self._args, self.max_item_chars
+        history: list[Message] = []
+        *said, answer = hi.groups(taken)
+        for group in said:
+            (own,) = (h for h in group if h.role is not None)
+            raw = hi.group_raw(group, self._plain, cap)
+            if own.role == "user":
+                history.append(
+                    Message(
+                        "user", own.text, author_id=args.user_id, speaker=args.user_name,
+                        at=own.at, message_id=own.message_id, raw=raw,
+                    )
+                )  # fmt: skip
+            else:
+                history.append(
+                    Message(
+                        "assistant", own.text, speaker=args.bot_name, at=own.at,
+                        message_id=own.message_id, raw=raw,
+                    )
+                )  # fmt: skip
+        (own,) = (h for h in answer if h.role is not None)
+        raw = hi.group_raw(answer, self._plain, cap)
+        return history, Reply(own.text, persona_id=args.persona_id, raw=raw)
+
+    async def _pop(self) -> TResponseInputItem | None:
+        async with self._lock:
+            with self._held_guard:
+                held = self._held.pop() if self._held else None
+            if held is not None:
+                if held.kind == "user":
+                    self._turn = None
+                return json.loads(held.raw)  # type: ignore[no-any-return]
+            return await self._pop_stored()
 
     async def _pop_stored(self) -> TResponseInputItem | None:
         turn = self._current_turn()
@@ -269,10 +347,61 @@ class ShortTermSession:
             at = rules.popped_index(entry, self._args.user_id)
             if at is None:
                 return None
-            personal = turn.user_key(turn.persona_id)
-            mine = await self.memory.get(personal) if personal != live else None
-            await self.memory.write(rules.pop_plan(turn.snapshot(), entry, at, mine), fence=fence)
-        return self._as_item(entry.messages[at])
+            personal_key = turn.user_key(turn.persona_id)
+            personal = await self.memory.get(personal_key) if personal_key != live else None
+            message = entry.messages[at]
+            items = items_of(message)
+            popped = items.pop()
+            rest = self._rest(message, items)
+            snap = turn.snapshot()
+            if rest is None:
+                plan = rules.pop_plan(snap, entry, at, personal)
+            else:
+                plan = _replaced_plan(snap, entry, at, personal, rest)
+            await self.memory.write(plan, fence=fence)
+        if rest is None and items:
+            # The message's text went, and items before it stay: they are the newest now.
+            now = self.memory.clock()
+            with self._held_guard:
+                self._held = [
+                    held_item(i, now, uuid.uuid4().hex) for i in items
+                ] + self._held  # fmt: skip
+        return popped  # type: ignore[return-value]
+
+    def _rest(self, message: Message, items: list[dict[str, Any]]) -> Message | None:
+        """``message`` holding ``items`` (what is left after a pop), or ``None`` when its
+        text item is gone with the pop."""
+        now = self.memory.clock()
+        held = [held_item(i, now, "_") for i in items]
+        if not any(h.role is not None for h in held):
+            return None
+        raw = hi.group_raw(held, self._plain, max(self.max_item_chars, len(message.raw or "")))
+        return Message(
+            message.role, message.content, author_id=message.author_id,
+            speaker=message.speaker, at=message.at, message_id=message.message_id,
+            privacy=message.privacy, raw=raw,
+        )  # fmt: skip
+
+
+def _replaced_plan(
+    snap: rules.Snapshot,
+    live: Entry,
+    at: int,
+    personal: Entry | None,
+    new: Message,
+) -> rules.CapturePlan:
+    """As :func:`rules.pop_plan`, but the message at ``at`` (and its newest copy in the
+    user's own scope) is replaced by ``new`` instead of removed."""
+    stored = live.messages
+    old = stored[at]
+    scopes = [(live.key, (*stored[:at], new, *stored[at + 1 :]))]
+    if personal is not None:
+        kept = personal.messages
+        there = next((i for i in reversed(range(len(kept))) if kept[i] == old), None)
+        if there is not None:
+            scopes.append((personal.key, (*kept[:there], new, *kept[there + 1 :])))
+    meta = rules.scope_meta(rules.meta_parts(snap, snap.args.persona_lineage_id))
+    return rules.CapturePlan(scopes, meta, None)
 
 
 def _describe(key: ScopeKey) -> str:
@@ -280,38 +409,3 @@ def _describe(key: ScopeKey) -> str:
         ["shortterm", key.kind, key.owner_id, key.channel_id, key.persona_id],
         separators=(",", ":"),
     )
-
-
-def _is_tool_item(item: Mapping[str, Any]) -> bool:
-    kind = item.get("type")
-    return isinstance(kind, str) and kind != "message" and kind != "reasoning"
-
-
-def _dialogue_text(item: Mapping[str, Any]) -> tuple[str | None, str]:
-    """``("user" | "assistant", text)`` for a message item with text, ``(None, "")`` for
-    anything else (tool items, reasoning, operator messages, images only)."""
-    if not isinstance(item, Mapping):
-        raise InvalidInput("items", item, "a list of Responses input items (dicts)")
-    kind = item.get("type", "message")
-    role = item.get("role")
-    if kind != "message" or role not in ("user", "assistant"):
-        return None, ""
-    text = _text_of(item.get("content"))
-    return (role, text) if text.strip() else (None, "")
-
-
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, Sequence):
-        return ""
-    parts = []
-    for part in content:
-        if not isinstance(part, Mapping):
-            continue
-        kind = part.get("type")
-        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            parts.append(part["refusal"])
-    return "\n".join(parts)

@@ -27,7 +27,12 @@ _INF = float("inf")
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message as the bot saw it. ``at`` is epoch seconds (stamped at capture)."""
+    """One chat message as the bot saw it. ``at`` is epoch seconds (stamped at capture).
+
+    ``raw``: the surface's own form of the message and of the items that came with it (JSON
+    text, e.g. an Agents SDK item and its function calls), opaque to shortterm: kept with the
+    message in the hot tier and gone with it, so the surface can give back what it was given.
+    Recall renders ``content`` only."""
 
     role: Role
     content: str
@@ -36,6 +41,7 @@ class Message:
     at: float | None = field(default=None, kw_only=True)
     message_id: str | None = field(default=None, kw_only=True)
     privacy: Privacy = field(default=Privacy.NONE, kw_only=True)
+    raw: str | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         if self.role not in ("user", "assistant"):
@@ -54,6 +60,8 @@ class Message:
             object.__setattr__(self, "at", float(self.at))
         if not isinstance(self.privacy, Privacy):
             raise InvalidInput("privacy", self.privacy, "a shortterm.Privacy value")
+        if self.raw is not None and not isinstance(self.raw, str):
+            raise InvalidInput("raw", self.raw, "None or a string (the surface's JSON)")
         cleaned = clean_text(self.content)
         if cleaned is not self.content:
             object.__setattr__(self, "content", cleaned)
@@ -68,28 +76,33 @@ class Message:
         at: float | None,
         message_id: str | None = None,
         privacy: Privacy = Privacy.NONE,
+        raw: str | None = None,
     ) -> Message:
         """A message from parts that were validated already (a reply, a stamped copy)."""
-        return _fill_message(role, content, author_id, speaker, at, message_id, privacy)
+        return _fill_message(role, content, author_id, speaker, at, message_id, privacy, raw)
 
 
 _fill_message = slot_filler(
-    Message, "role", "content", "author_id", "speaker", "at", "message_id", "privacy"
+    Message, "role", "content", "author_id", "speaker", "at", "message_id", "privacy", "raw"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What a persona answered this turn."""
+    """What a persona answered this turn. ``raw``: as :attr:`Message.raw`, for the message
+    the capture makes of it."""
 
     text: str
     persona_id: str | None = field(default=None, kw_only=True)
     persona_name: str | None = field(default=None, kw_only=True)
     persona_lineage_id: str | None = field(default=None, kw_only=True)
+    raw: str | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise InvalidInput("text", self.text, "a string")
+        if self.raw is not None and not isinstance(self.raw, str):
+            raise InvalidInput("raw", self.raw, "None or a string (the surface's JSON)")
         check_optional_id("persona_id", self.persona_id)
         check_optional_id("persona_lineage_id", self.persona_lineage_id)
         if self.persona_name is not None:
