@@ -45,7 +45,7 @@ _REFUSED_OURS = re.compile(r"CERTIFICATE|UNKNOWN_CA")
 _PEER = re.compile(r"(?:connecting to|reading from|writing to) (\S+?)\.?(?:\s|$)")
 # What a TLS-only port does to a connection that speaks plain text: it drops it.
 _DROPPED = re.compile(r"reset by peer|closed by server|Connection closed", re.IGNORECASE)
-_TLS_PROBE_S = 1.0
+_TLS_PROBE_S = 0.5  # once per address and process, after a failed call (never inside its bound)
 # Answers of the TLS probe, by address: a port's protocol does not change under a process.
 _PROBED: dict[str, bool] = {}
 
