@@ -15,6 +15,7 @@ operation, start-up and population cancelled out::
     done
 
 Subtract ``hist`` from ``cap`` and ``floorcap`` to compare the captures themselves.
+``--forgotten N`` clears N other channels and purges N other users before the phase.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from shortterm.store.sqlite import SQLiteStore
 PHASES = ("ctx", "cap", "capsql", "floorctx", "floorcap", "hist")
 
 
-async def main(phase: str, ops: int, population: int = 2000) -> None:
+async def main(phase: str, ops: int, forgotten: int = 0, population: int = 2000) -> None:
     cfg = Config(sweep_interval_s=0)
     cache = InProcessCache(
         crude_ttl_s=cfg.crude_ttl_s,
@@ -59,6 +60,9 @@ async def main(phase: str, ops: int, population: int = 2000) -> None:
             floor.capture(t, [*history, Message("assistant", reply.text, at=T0)])
         else:
             await memory.turn(**t).capture(history=history, replies=[reply])
+    for i in range(forgotten):  # horizons of channels and users this workload never meets
+        await memory.clear_channel(f"gone-{i}")
+        await memory.clear_user(f"gone-user-{i}")
     for i in range(ops):
         if phase == "floorctx":
             floor.context(plan[i % population])
@@ -82,5 +86,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("phase", choices=PHASES)
     parser.add_argument("--ops", type=int, default=1000)
+    parser.add_argument(
+        "--forgotten",
+        type=int,
+        default=0,
+        help="clear this many other channels and purge as many other users first, so every "
+        "capture checks the forgets' horizons (the steady state once anything was forgotten)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.phase, args.ops))
+    asyncio.run(main(args.phase, args.ops, args.forgotten))

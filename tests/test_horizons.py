@@ -198,3 +198,37 @@ async def test_horizons_are_kept_past_the_journals_retention(
         await memory.janitor()
         await platform.turn(memory, "ana")
         assert await shown(memory, SERVER) == ["ok"]
+
+
+async def test_an_answer_whose_question_is_out_of_sight_is_kept_only_when_newer(
+    memory: shortterm.Memory, clock: FakeClock
+) -> None:
+    platform = Platform(clock)
+    platform.say("ben", "my pin is 4411")
+    platform.answer("noted: 4411")
+    await memory.clear_user("ben")
+    platform.say("ana", "hi")
+    turn = memory.turn(user_id="ana", channel_id=C, server_id=G, persona_id=P)
+    # The platform's window starts at the bot's answer: Ben's question fell out of it.
+    await turn.capture(history=platform.said[1:], replies=[Reply("hello", persona_id=P)])
+    assert await shown(memory, SERVER) == ["hi", "hello"]
+    platform.answer("hello")
+    platform.say("ana", "and now?")
+    turn = memory.turn(user_id="ana", channel_id=C, server_id=G, persona_id=P)
+    await turn.capture(history=platform.said[3:], replies=[Reply("still here", persona_id=P)])
+    # An answer out of sight but newer than every forget is new data.
+    assert await shown(memory, SERVER) == ["hello", "and now?", "still here"]
+
+
+async def test_the_bots_answers_to_a_full_privacy_user_are_not_captured(
+    memory: shortterm.Memory, clock: FakeClock
+) -> None:
+    platform = Platform(clock)
+    await memory.configure_user("dana", UserSettings(privacy=Privacy.FULL))
+    platform.say("ana", "hi")
+    platform.answer("hi Ana")
+    platform.say("dana", "my code is 4512")
+    platform.answer("noted, your code is 4512")
+    platform.say("ana", "lunch?")
+    await platform.turn(memory, "ana", "sure")
+    assert await shown(memory, SERVER) == ["hi", "hi Ana", "lunch?", "sure"]

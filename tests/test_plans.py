@@ -4,6 +4,7 @@ write names it replaced: they keep working, with a deprecation warning."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -18,8 +19,11 @@ SAID = (Message("user", "the trip is on friday", author_id="u1", at=1.0),)
 
 
 @pytest.fixture
-async def memory() -> AsyncIterator[shortterm.Memory]:
-    async with shortterm.open(config=shortterm.Config(sweep_interval_s=0)) as m:
+async def memory(tmp_path: Path) -> AsyncIterator[shortterm.Memory]:
+    # A store of the test's own: the default file in the working directory keeps what
+    # earlier runs forgot (their horizons too).
+    store = f"sqlite:///{tmp_path / 'plans.db'}"
+    async with shortterm.open(store, config=shortterm.Config(sweep_interval_s=0)) as m:
         yield m
 
 

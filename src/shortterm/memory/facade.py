@@ -227,9 +227,10 @@ class Memory(ClosedOnExit):
         check_id("user_id", user_id)
         if not isinstance(settings, UserSettings):
             raise InvalidInput("settings", settings, "a shortterm.UserSettings")
+        horizon = self._horizon("at", at)  # checked whatever the choice: a wrong one is wrong
         engine = self._engine
         if rules.is_forgotten(settings):
-            await engine.forgets.user(user_id, keep=settings, at=self._horizon("at", at))
+            await engine.forgets.user(user_id, keep=settings, at=horizon)
             return
         await engine.settings.save_user(user_id, settings)
 

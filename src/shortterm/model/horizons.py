@@ -41,6 +41,7 @@ HORIZON_AHEAD_S = 300.0
 MessageIds = Literal["discord", "slack"]
 """Platforms whose message ids are ordered in time, and tell it."""
 
+_AUTHORS_KEPT = 100_000  # author ids whose horizon (or its absence) is remembered
 _DISCORD_EPOCH_MS = 1_420_070_400_000  # 2015-01-01T00:00:00Z, where snowflakes count from
 
 
@@ -64,12 +65,16 @@ class Horizons:
     """The newest horizon of every forgotten channel and user this process knows of, by
     target digest. Kept current by the journal follower; read by every capture."""
 
-    __slots__ = ("_at", "_authors")
+    __slots__ = ("_at", "_authors", "newest")
 
     def __init__(self, known: Mapping[str, float] | None = None) -> None:
-        self._at: dict[str, float] = dict(known or {})
+        self._at: dict[str, float] = {}
         # An author id's horizon, looked up once per author rather than hashed per message.
         self._authors: dict[str, float | None] = {}
+        # The newest horizon of all: a bot message whose question is out of sight may answer
+        # anyone, so it is kept only when written after every forget's horizon.
+        self.newest: float | None = None
+        self.record_all((known or {}).items())
 
     def __len__(self) -> int:
         return len(self._at)
@@ -79,6 +84,8 @@ class Horizons:
         if at > self._at.get(target, float("-inf")):
             self._at[target] = at
             self._authors.clear()
+            if self.newest is None or at > self.newest:
+                self.newest = at
 
     def record_all(self, known: Iterable[tuple[str, float]]) -> None:
         for target, at in known:
@@ -93,10 +100,13 @@ class Horizons:
     def author(self, author_id: str) -> float | None:
         if not self._at:
             return None
+        memo = self._authors
         try:
-            return self._authors[author_id]
+            return memo[author_id]
         except KeyError:
-            found = self._authors[author_id] = self._at.get(user_target(author_id))
+            if len(memo) >= _AUTHORS_KEPT:
+                memo.clear()  # a bound on memory, not on correctness
+            found = memo[author_id] = self._at.get(user_target(author_id))
             return found
 
 
@@ -107,7 +117,8 @@ def uncovered(
     author: Callable[[str], float | None],
     triggerer: str | None,
     ids: MessageIds | None,
-) -> tuple[list[Message], int]:
+    unanswered: float | None = None,
+) -> tuple[Sequence[Message], int]:
     """``history`` without what a horizon covers, and how many messages went.
 
     A message is placed by its ``at``, else by its id where ``ids`` says the platform's ids
@@ -116,22 +127,51 @@ def uncovered(
     channel's horizon (``channel``), or, for a user message, at or before its author's
     (``author``; an unattributed one is ``triggerer``'s, as the scope rules read it). A bot
     message answers the nearest user message before it, so the answers to a covered
-    author's message go with it."""
+    author's message go with it; one before every user message of ``history`` answers a
+    question out of sight, perhaps a purged author's, and is covered when placed at or
+    before ``unanswered`` (the newest horizon of all)."""
+    if channel is None and not _may_cover(history, author, triggerer, unanswered):
+        return history, 0  # the common case once anything was forgotten anywhere
     kept: list[Message] = []
+    out_of_sight = True  # no user message yet: a bot message answers one we cannot see
     answers_covered = False  # the user message the next bot messages answer was covered
     for m in history:
         at = m.at if m.at is not None else id_time(m.message_id, ids)
-        if channel is not None and (at is None or at <= channel):
-            if m.role == "user":
-                answers_covered = False  # what answers it and is newer is new data
-            continue
+        here = channel is not None and (at is None or at <= channel)
         if m.role == "user":
+            out_of_sight = False
+            if here:
+                answers_covered = False  # what answers it and is newer is new data
+                continue
             who = m.author_id if m.author_id is not None else triggerer
             horizon = None if who is None else author(who)
             answers_covered = horizon is not None and (at is None or at <= horizon)
             if answers_covered:
                 continue
-        elif answers_covered:
+        elif here or (answers_covered if not out_of_sight else _before(at, unanswered)):
             continue
         kept.append(m)
     return kept, len(history) - len(kept)
+
+
+def _before(at: float | None, horizon: float | None) -> bool:
+    """Whether a message placed at ``at`` (``None``: nowhere) is covered by ``horizon``."""
+    return horizon is not None and (at is None or at <= horizon)
+
+
+def _may_cover(
+    history: Sequence[Message],
+    author: Callable[[str], float | None],
+    triggerer: str | None,
+    unanswered: float | None,
+) -> bool:
+    """Whether a horizon other than the channel's may cover a message of ``history``: a user
+    message's author has one (a dictionary look-up each), or it opens with a bot message."""
+    if unanswered is not None and history and history[0].role == "assistant":
+        return True
+    for m in history:
+        if m.role == "user":
+            who = m.author_id if m.author_id is not None else triggerer
+            if who is not None and author(who) is not None:
+                return True
+    return False

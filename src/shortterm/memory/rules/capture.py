@@ -64,11 +64,17 @@ def admitted(
     cap: int,
     ids: MessageIds | None = None,
 ) -> list[Message]:
-    """History minus full-privacy authors and blank messages, stamped (by the platform's id
-    where ``ids`` says it tells the time, else ``now``) and capped."""
+    """History minus full-privacy authors (and the bot's answers to them, which may retell
+    them) and blank messages, stamped (by the platform's id where ``ids`` says it tells the
+    time, else ``now``) and capped."""
     kept = []
+    answers_hidden = False  # the user message the next bot messages answer was left out
     for m in history:
-        if m.privacy is _FULL or (full_users and m.author_id in full_users):
+        if m.role == "user":
+            answers_hidden = m.privacy is _FULL or bool(full_users and m.author_id in full_users)
+            if answers_hidden:
+                continue
+        elif answers_hidden or m.privacy is _FULL:
             continue
         content = m.content
         if not content or content.isspace():

@@ -31,6 +31,7 @@ def outside_horizons(
         author=horizons.author,
         triggerer=triggerer,
         ids=ids,
+        unanswered=horizons.newest,
     )
 
 
