@@ -243,7 +243,10 @@ def test_janitor_deletes_old_rows(tmp_path: Path) -> None:
 def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'new.db'}"
     first = run("migrate", "--store", db)
-    applied = "applied 0001_initial, 0002_forget_journal, 0003_fence_end, 0004_journal_floor"
+    applied = (
+        "applied 0001_initial, 0002_forget_journal, 0003_fence_end, 0004_journal_floor, "
+        "0005_forget_horizons"
+    )
     assert first.exit_code == 0 and first.stdout.strip() == applied
     again = run("migrate", "--store", db)
     assert again.exit_code == 0 and again.stdout.strip() == "the schema is up to date"
