@@ -159,9 +159,7 @@ async def test_a_message_the_memory_cannot_place_is_taken_as_old(
     assert memory.stats()["horizon_dropped"] == 1
 
 
-async def test_discord_ids_place_a_message_without_a_time(
-    db_url: str, clock: FakeClock
-) -> None:
+async def test_discord_ids_place_a_message_without_a_time(db_url: str, clock: FakeClock) -> None:
     def snowflake(at: float) -> str:
         return str((int(at * 1000) - 1_420_070_400_000) << 22)
 
@@ -186,9 +184,7 @@ async def test_a_horizon_far_ahead_of_the_clock_is_refused(memory: shortterm.Mem
     await memory.clear_channel(C, at=T0 + 60)  # within a platform clock's skew
 
 
-async def test_horizons_are_kept_past_the_journals_retention(
-    db_url: str, clock: FakeClock
-) -> None:
+async def test_horizons_are_kept_past_the_journals_retention(db_url: str, clock: FakeClock) -> None:
     platform = Platform(clock)
     async with shortterm.open(store=db_url, clock=clock, config=cfg()) as memory:
         platform.say("ana", "from long ago")

@@ -1,6 +1,7 @@
 """The same per-turn work on the libraries a bot developer might pick instead, when installed.
 
-None of them is a dependency of shortterm (``pip install 'shortterm[bench]'`` brings them). Each
+None of them is a dependency of shortterm (``pip install -e '.[bench]'`` in a shortterm checkout
+brings them). Each
 peer gets what it lacks for free: the owner index and the recency order that pick the three
 other channels come from plain dicts, so only the peer's own storage calls are measured. A
 peer does *less* than shortterm (no TTLs, privacy, lineage, rendering, counters, durability of

@@ -40,7 +40,8 @@ _file = click.Path(dir_okay=False, path_type=Path)
 @shown_option(
     "--peers/--no-peers",
     default=True,
-    help="Also time the peers that are installed (pip install 'shortterm[bench]').",
+    help="Also time the peers that are installed (pip install -e '.[bench]' in a shortterm "
+    "checkout).",
 )
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke run in seconds.")
 @click.option(

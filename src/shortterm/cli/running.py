@@ -163,7 +163,8 @@ def mcp(
     """Serve memory to an MCP client over stdio (the update and read tools, a resource).
 
     Give --user-id and --channel-id to fix the conversation: the model then reaches no other
-    memory. Parts you leave out become tool arguments. Needs: pip install 'shortterm[mcp]'.
+    memory. Parts you leave out become tool arguments. Needs: pip install -e '.[mcp]' in a
+    shortterm checkout.
 
     \b
     Example: shortterm mcp --store sqlite:///bot.db --user-id 111 --channel-id 222

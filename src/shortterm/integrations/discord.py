@@ -9,8 +9,8 @@
     ...
     await bot.add_cog(MemoryCog(memory))
 
-Needs ``pip install 'shortterm[discord]'`` (discord.py ≥ 2.4). py-cord and nextcord install a
-package of the same name: never install one of them beside discord.py.
+Needs ``pip install -e '.[discord]'`` in a shortterm checkout (discord.py ≥ 2.4). py-cord and
+nextcord install a package of the same name: never install one of them beside discord.py.
 
 What a message becomes (:func:`convert_message`): the bot's own messages (and those it posts
 through the webhooks in ``assistant_ids``) are ``assistant``, everyone else's ``user``, with
@@ -311,8 +311,9 @@ class MemoryCog(commands.Cog):
 
     ``/refresh`` forgets this channel's short-term memory: every user, persona and scope of
     the channel, and (from the time Discord ran the command) every message of the channel's
-    history written before it, which no later capture in any process takes again. In a server it needs Manage Messages (the command is also hidden from
-    members without it by default); in a DM the one person there may always use it.
+    history written before it, which no later capture in any process takes again. In a
+    server it needs Manage Messages (the command is also hidden from members without it by
+    default); in a DM the one person there may always use it.
     ``/memory`` shows, only to whoever asks, what the persona remembers of this channel.
     Both answer ephemerally.
     """

@@ -15,7 +15,8 @@
     metrics.py       Prometheus metrics behind a small facade
     run.py           serve(): open the memory, run uvicorn, close the memory
 
-Needs ``pip install 'shortterm[sidecar]'``; ``import shortterm`` never loads any of it.
+Needs ``pip install -e '.[sidecar]'`` in a shortterm checkout; ``import shortterm`` never loads
+any of it.
 """
 
 from __future__ import annotations

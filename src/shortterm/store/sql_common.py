@@ -143,8 +143,7 @@ class Statements:
             delete_key=f"DELETE FROM {t}scopes WHERE {key_where(mark)}",
             janitor=f"DELETE FROM {t}scopes WHERE updated_at < {mark}",
             journal_since=(
-                f"SELECT {_ENTRY_COLS} FROM {t}journal WHERE seq > {mark} "
-                f"ORDER BY seq LIMIT {mark}"
+                f"SELECT {_ENTRY_COLS} FROM {t}journal WHERE seq > {mark} ORDER BY seq LIMIT {mark}"
             ),
             forgets_since=(
                 f"SELECT {_ENTRY_COLS} FROM {t}journal WHERE seq > {mark} "

@@ -89,9 +89,7 @@ class Forgetting:
                 await hot()
             if not exc.maybe_applied:
                 raise
-            forgotten = await self._retry(
-                UnsureForget(targets, durable, hot, after, horizon), exc
-            )
+            forgotten = await self._retry(UnsureForget(targets, durable, hot, after, horizon), exc)
         return await self._forgotten(targets, forgotten, hot, after, horizon)
 
     async def _forgotten(
