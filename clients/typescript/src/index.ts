@@ -354,7 +354,15 @@ interface Answer {
   status: number;
   statusText: string;
   retryAfter: string | null;
+  /** The `Shortterm-Degraded` header: which tier failed while the call was served. */
+  degraded: string | null;
   text: string;
+}
+
+/** What a capture did: `degraded` names the tier that failed (`"store"`: the dialogue was kept
+ * in the hot tier only, the turn counter's step was lost), `null` when nothing did. */
+export interface CaptureResult {
+  degraded: string | null;
 }
 
 const RETRIED_STATUSES = new Set([429, 503]);
@@ -470,7 +478,9 @@ export class ShortTermClient {
         );
       });
       const retryAfter = response.headers.get("retry-after");
-      return { status: response.status, statusText: response.statusText, retryAfter, text };
+      const degraded = response.headers.get("shortterm-degraded");
+      const { status, statusText } = response;
+      return { status, statusText, retryAfter, degraded, text };
     } catch (error) {
       if (error instanceof ShortTermClientError) throw error;
       if (caller?.aborted) throw new ShortTermAbortError(method, path, caller.reason);
@@ -581,12 +591,21 @@ export class ShortTermClient {
     return this.#json("POST", path, SHAPES.toolResult, { ...options, body, turnId });
   }
 
-  /** Keep the turn's recent dialogue and end the turn (its id is released). Never retried. */
-  async capture(turnId: string, body: CaptureIn, options: CallOptions = {}): Promise<void> {
+  /**
+   * Keep the turn's recent dialogue and end the turn (its id is released). Never retried. The
+   * result says whether the sidecar kept it degraded (a durable tier that failed): the bot's
+   * turn goes on, but an operator should know.
+   */
+  async capture(
+    turnId: string,
+    body: CaptureIn,
+    options: CallOptions = {},
+  ): Promise<CaptureResult> {
     const path = `/v1/turns/${seg(turnId)}/capture`;
     const request = { ...options, body, turnId };
     const answer = await this.#send("POST", path, request);
     if (answer.status < 200 || answer.status > 299) this.#fail("POST", path, answer, request);
+    return { degraded: answer.degraded };
   }
 
   // -- entries ----------------------------------------------------------------------------------
