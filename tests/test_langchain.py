@@ -36,6 +36,7 @@ from langchain_openai import ChatOpenAI
 from shortterm.integrations.langchain import ShortTermChatHistory, SyncInsideLoop
 from shortterm.tool import texts
 from tests.fake_model_process import FakeModelProcess, fake_model_process
+from tests.raw_support import needs_raw
 
 # RunnableWithMessageHistory warns on construction since langchain-core 1.3.3; it still works
 # and is what the brief asks us to support.
@@ -220,19 +221,23 @@ async def test_another_persons_message_carries_their_name(memory: shortterm.Memo
     assert [m.content for m in await bo.aget_messages()] == ["Ana: hi all", "hi Ana"]
 
 
-async def test_tool_and_system_messages_are_not_kept(memory: shortterm.Memory) -> None:
+@needs_raw
+async def test_tool_and_system_messages_come_back_in_order(memory: shortterm.Memory) -> None:
     history = history_for(memory, "c1")
     call = {"name": "lookup", "args": {}, "id": "call_1", "type": "tool_call"}
-    await history.aadd_messages(
-        [
-            SystemMessage("You are Tomo."),
-            HumanMessage("weather?"),
-            AIMessage("", tool_calls=[call]),
-            ToolMessage("sunny, 24 °C", tool_call_id="call_1"),
-            AIMessage("Sunny today."),
-        ]
-    )
-    assert [m.content for m in await history.aget_messages()] == ["weather?", "Sunny today."]
+    added = [
+        SystemMessage("You are Tomo."),
+        HumanMessage("weather?"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("sunny, 24 °C", tool_call_id="call_1"),
+        AIMessage("Sunny today.", id="run-9"),
+    ]
+    await history.aadd_messages(added)
+    assert await history.aget_messages() == added
+    # The channel's messages are its dialogue: what recall renders elsewhere.
+    entry = await memory.get(history.turn.live_key)
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["weather?", "Sunny today."]
 
 
 async def test_a_clear_racing_the_capture_wins(

@@ -29,7 +29,7 @@ from shortterm.integrations.openai_agents import ShortTermSession
 from shortterm.model import ServerSettings
 from shortterm.tool import texts
 from tests.fake_model_process import FakeModelProcess, fake_model_process
-from tests.test_openai_agents_contract import needs_raw
+from tests.raw_support import needs_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER, USER = "333", "111"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,10 +27,10 @@ from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import shortterm
-from shortterm.cache.redis import codec
 from shortterm.integrations.home_loop import OtherLoop
 from shortterm.integrations.openai_agents import ShortTermSession
 from shortterm.model.config import Config
+from tests.raw_support import needs_raw
 
 SERVER, CHANNEL, USER = "333", "222", "111"
 RUN = RunConfig(tracing_disabled=True)
@@ -49,33 +48,6 @@ FC = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": 
 FCO = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
 Q2 = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}
 A2 = {"role": "assistant", "content": "we hike"}
-
-
-def _engine_carries_raw() -> bool:
-    """Whether the capture path and the Redis codec keep ``Message.raw``, a reply's too."""
-    m = shortterm.Message("user", "x", at=1.0, raw="[1]")
-    (back,) = codec.decode_messages([json.loads(codec.message_json(m))])
-    if back.raw != "[1]":
-        return False
-
-    async def capture() -> bool:
-        async with await shortterm.open(store="memory://", cache="memory://") as memory:
-            turn = memory.turn(user_id="u", channel_id="c")
-            await turn.capture([], [shortterm.Reply("a", raw="[1]")])
-            entry = await memory.get(turn.live_key)
-            return entry is not None and entry.messages[-1].raw == "[1]"
-
-    return asyncio.run(capture())
-
-
-# The items' shapes travel in Message.raw; until the engine carries it through a capture and
-# the Redis codec, the tests that read shapes back are expected to fail (strict: once it does,
-# they must pass).
-needs_raw = pytest.mark.xfail(
-    not _engine_carries_raw(),
-    reason="the engine does not carry Message.raw through a capture and the Redis codec yet",
-    strict=True,
-)
 
 
 @pytest.fixture(params=["sqlite+inprocess", "postgres+redis"])

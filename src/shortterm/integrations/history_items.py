@@ -6,7 +6,8 @@ bot's text becomes one :class:`~shortterm.Message` (whose ``content`` is that te
 recall in other channels renders), and the items without text ride on it: the message's
 ``raw`` is the framework's JSON of the whole group, in order. A rider goes with the text item
 before it (one before any goes with the first), so reading the messages back in order gives
-the items back in the order they were added, and the messages stay what they always were:
+the items back in the order they were added (``raw`` names the surface that wrote it: another
+adapter reading the same channel reads the text), and the messages stay what they always were:
 bounded by the window of ``max_messages``, in the hot tier only, and gone with every forget
 that drops the message (a clear, a purge, a horizon).
 
@@ -16,7 +17,7 @@ Pure code shared by the adapters (the Agents SDK session, the LangChain history)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 from ..model.keys import Role
@@ -51,6 +52,10 @@ class Held(NamedTuple):
     kind: Kind
     at: float  # when it was added (the memory's clock)
     message_id: str  # the message's identity, so a retried capture adds it once
+    speaker: str | None = None  # who wrote it, when the item names them
+    # A text item that is just its role and text, as a message keeps them: the message says
+    # it all, and needs no raw.
+    plain: bool = False
 
 
 def dumps(obj: object) -> str:
@@ -98,20 +103,26 @@ def groups(held: Sequence[Held]) -> list[list[Held]]:
     return out
 
 
-def group_raw(group: Sequence[Held], plain: Callable[[Held], bool], max_chars: int) -> str | None:
-    """The ``raw`` of the message made of ``group``: ``None`` when the message's text says it
-    all (one plain item); over ``max_chars``, the text item alone (its riders dropped together,
-    so no tool call is kept without its result), or ``None`` when even that is too long."""
-    if len(group) == 1 and plain(group[0]):
+def group_raw(surface: str, group: Sequence[Held], max_chars: int) -> str | None:
+    """The ``raw`` of the message made of ``group``, written by ``surface`` (only it reads
+    the items back; another surface reads the text): ``None`` when the message's text says it
+    all (one plain item); over ``max_chars``, the text item alone (its riders dropped
+    together, so no tool call is kept without its result), or ``None`` when even that is too
+    long."""
+    if len(group) == 1 and group[0].plain:
         return None
-    raw = "[" + ",".join(h.raw for h in group) + "]"
+    raw = _wrapped(surface, [h.raw for h in group])
     if len(raw) <= max_chars:
         return raw
     (own,) = (h for h in group if h.role is not None)
-    if plain(own):
+    if own.plain:
         return None
-    raw = "[" + own.raw + "]"
+    raw = _wrapped(surface, [own.raw])
     return raw if len(raw) <= max_chars else None
+
+
+def _wrapped(surface: str, items: list[str]) -> str:
+    return '{"surface":' + dumps(surface) + ',"items":[' + ",".join(items) + "]}"
 
 
 def trimmed(held: list[Held], max_texts: int, max_chars: int) -> list[Held]:
@@ -135,11 +146,14 @@ def trimmed(held: list[Held], max_texts: int, max_chars: int) -> list[Held]:
     return held[start:] if start else held
 
 
-def loads_list(raw: str) -> list[Any] | None:
-    """A message's ``raw`` as the list of items it holds; ``None`` when it is not one (then
-    the message's text stands for it)."""
+def loads_list(surface: str, raw: str) -> list[Any] | None:
+    """The items of a message's ``raw`` that ``surface`` wrote; ``None`` when another surface
+    wrote it, or it is not such a list (then the message's text stands for it)."""
     try:
-        items = json.loads(raw)
+        held = json.loads(raw)
     except ValueError:
         return None
+    if not isinstance(held, dict) or held.get("surface") != surface:
+        return None
+    items = held.get("items")
     return items if isinstance(items, list) and items else None

@@ -12,18 +12,18 @@ Needs ``pip install 'shortterm[langchain]'`` (langchain-core ≥ 0.3).
 **What the history holds** (:meth:`ShortTermChatHistory.aget_messages`): first, when memory has
 anything to add, one ``SystemMessage`` with what the read path renders for this turn (the
 other channels' block, this channel's summary or notes, and the nudge when one is due), then
-this channel's recent messages as ``HumanMessage`` / ``AIMessage`` (another person's message in a
-server carries their name as a ``name: `` prefix), then the human messages added but not yet
-answered.
+this channel's messages as they were added (another person's message in a server carries their
+name as a ``name: `` prefix), then those added since the last answer.
 
-**What adding does** (:meth:`ShortTermChatHistory.aadd_messages`): a batch that ends with an AI
-answer is a finished turn and is captured: the human messages (and earlier AI messages) as the
-turn's history, the trailing AI messages as its replies. Human messages with no answer yet wait
-in the object until one comes, because shortterm keeps turns, not lone questions. Tool messages,
-AI messages that only call tools, and system messages are not kept: what a tool returned
-belongs to the run, not to the channel's conversation, and the system prompt is the operator's.
-Each captured turn starts a new :class:`~shortterm.Turn`, so the one-update-per-turn guard of
-the tool holds per answer.
+**What adding does** (:meth:`ShortTermChatHistory.aadd_messages`): messages are held until
+the AI answer that ends their turn (one with text and no tool call, followed by nothing or by
+a human message); then the turn is captured. Each ``HumanMessage`` or ``AIMessage`` with text
+is a message of that text (all that recall in other channels renders), carrying in its
+``raw`` LangChain's own serialization of it and of the messages without text that follow it
+(an ``AIMessage`` that only calls tools, a ``ToolMessage``, a ``SystemMessage``), so they come
+back in the order and shape they were added, within the window of the newest
+``max_messages`` messages (see :mod:`.history_items`). Each captured turn starts a new
+:class:`~shortterm.Turn`, so the one-update-per-turn guard of the tool holds per answer.
 
 **Several people in one channel.** A capture adds the turn after the channel's stored
 messages inside the hot tier's atomic write (``Turn.capture(..., append=True)``), each human
@@ -45,6 +45,7 @@ where the history was created. Called inside a running loop, they raise
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,16 +54,13 @@ from ..memory.turn_args import TurnArgs
 from ..model import Message, Reply
 from ..model.errors import ExtraMissing, InvalidInput, ShortTermError
 from ..tool import TOOL_NAME, render
+from . import history_items as hi
+from .langchain_items import SURFACE, held_message, messages_of, prefixed
 from .scope_locks import scope_lock
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
-    from langchain_core.messages import (
-        AIMessage,
-        BaseMessage,
-        HumanMessage,
-        SystemMessage,
-    )
+    from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict
     from langchain_core.tools import BaseTool, StructuredTool
 except ModuleNotFoundError as exc:
     if exc.name and exc.name.split(".")[0] == "langchain_core":
@@ -100,6 +98,9 @@ class ShortTermChatHistory(BaseChatMessageHistory):
     every turn; pass ``has_tools=False`` when the model is not given :meth:`tools`, so no
     nudge names it.
     ``max_tokens`` bounds what the read path adds (see :meth:`shortterm.Turn.context`).
+    ``max_item_chars``: the most JSON one message's LangChain messages may take (default 4 x
+    the memory's ``max_message_chars``); a message whose group takes more keeps itself alone,
+    or its text only.
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         memory: Memory,
         *,
         max_tokens: int | None = None,
+        max_item_chars: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         sync_timeout_s: float = SYNC_TIMEOUT_S,
         **turn: Any,
@@ -133,13 +135,24 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         ):
             raise InvalidInput("sync_timeout_s", sync_timeout_s, "a positive number of seconds")
         self.sync_timeout_s = sync_timeout_s
-        self._pending: list[HumanMessage] = []  # asked, not answered yet
+        config = memory.config
+        if max_item_chars is None:
+            max_item_chars = hi.DEFAULT_ITEM_CHARS_PER_MESSAGE_CHARS * config.max_message_chars
+        elif (
+            isinstance(max_item_chars, bool)
+            or not isinstance(max_item_chars, int)
+            or max_item_chars < 1
+        ):
+            raise InvalidInput("max_item_chars", max_item_chars, "a positive integer or None")
+        self.max_item_chars = max_item_chars
+        self._cap = config.max_message_chars
+        self._held: list[hi.Held] = []  # added since the last answer
 
     # -- async: the native methods ---------------------------------------------------------
 
     async def aget_messages(self) -> list[BaseMessage]:
         """The recalled memory as one ``SystemMessage`` (when there is any), this channel's
-        recent messages, then the human messages still waiting for an answer."""
+        messages, then those added since the last answer."""
         turn = self.turn
         context = await turn.context(max_tokens=self.max_tokens)
         out: list[BaseMessage] = []
@@ -151,50 +164,67 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         seen = turn.live_seen  # read by the context just built: no second read of the tier
         entry = seen[0] if seen is not None else await self.memory.get(turn.live_key)
         if entry is not None:
-            out.extend(self._as_langchain(m) for m in entry.messages)
-        out.extend(self._pending)
+            me = turn.user_id
+            for m in entry.messages:
+                said = messages_of(m)
+                if m.role == "user" and m.speaker and m.author_id not in (None, me):
+                    said = prefixed(said, m.speaker)  # someone else in a multi-party channel
+                out.extend(said)
+        if self._held:
+            out.extend(messages_from_dict([json.loads(h.raw) for h in self._held]))
         return out
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Capture a finished turn (see the module docs); human messages without an answer
-        wait for it."""
-        said: list[HumanMessage | AIMessage] = [
-            m
+        """Hold the messages; the answer that ends a turn captures it (see the module
+        docs)."""
+        clock = self.memory.clock
+        new = [
+            held_message(m, clock(), uuid.uuid4().hex, self._cap)
             for m in _checked_messages(messages)
-            if isinstance(m, HumanMessage | AIMessage) and _text(m).strip()
         ]
-        # Everything up to the last AI answer is a finished turn; what follows it waits.
-        last = max((i for i, m in enumerate(said) if isinstance(m, AIMessage)), default=-1)
-        if last < 0:
-            self._pending.extend(m for m in said if isinstance(m, HumanMessage))
-            return
-        first = last
-        while first > 0 and isinstance(said[first - 1], AIMessage):
-            first -= 1
-        await self._capture([*self._pending, *said[:first]], said[first : last + 1])
-        self._pending = [m for m in said[last + 1 :] if isinstance(m, HumanMessage)]
+        held = [*self._held, *new]
+        limit = self.memory.config.max_messages
+        held = hi.trimmed(held, limit, limit * self.max_item_chars)
+        end = hi.turn_end(held)
+        self._held = held
+        if end >= 0:
+            await self._capture(held[: end + 1])
+            self._held = held[end + 1 :]
 
-    async def _capture(
-        self, said: Sequence[HumanMessage | AIMessage], answers: Sequence[BaseMessage]
-    ) -> None:
-        turn = self.turn
-        new: list[Message] = []
-        for m in said:
-            if isinstance(m, AIMessage):  # an earlier answer of the same batch
-                new.append(Message("assistant", _text(m), speaker=turn.bot_name))
-            else:
-                new.append(self._as_shortterm(m))
+    async def _capture(self, taken: list[hi.Held]) -> None:
+        turn, cap = self.turn, self.max_item_chars
+        history: list[Message] = []
+        *said, answer = hi.groups(taken)
+        for group in said:
+            (own,) = (h for h in group if h.role is not None)
+            raw = hi.group_raw(SURFACE, group, cap)
+            if own.role == "user":
+                history.append(
+                    Message(
+                        "user", own.text, author_id=turn.user_id,
+                        speaker=own.speaker or turn.user_name, at=own.at,
+                        message_id=own.message_id, raw=raw,
+                    )
+                )  # fmt: skip
+            else:  # an earlier answer of the same turn
+                history.append(
+                    Message(
+                        "assistant", own.text, speaker=turn.bot_name, at=own.at,
+                        message_id=own.message_id, raw=raw,
+                    )
+                )  # fmt: skip
+        (own,) = (h for h in answer if h.role is not None)
+        reply = Reply(own.text, raw=hi.group_raw(SURFACE, answer, cap))
         # An Agents SDK session's pop of this channel in this process waits for it (it writes
         # back the list it read).
         async with scope_lock(self.memory, turn.live_key):
-            await turn.capture(new, [Reply(_text(m)) for m in answers], append=True)
-        self._pending = []
+            await turn.capture(history, [reply], append=True)
         self.turn = self.memory.turn_from(self._args)  # the next answer is a new turn
 
     async def aclear(self) -> None:
         """Forget this channel, like ``/refresh``: every user, persona and scope of it."""
         await self.memory.clear_channel(self.turn.channel_id)
-        self._pending.clear()
+        self._held.clear()
         self.turn = self.memory.turn_from(self._args)
 
     # -- sync: the same, on the memory's loop ------------------------------------------------
@@ -244,26 +274,6 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         ``[]`` when this turn may not use it (as :meth:`shortterm.Turn.tools`)."""
         return [memory_tool(self)] if self.turn.tool_available() else []
 
-    # -- conversions -----------------------------------------------------------------------------
-
-    def _as_langchain(self, m: Message) -> BaseMessage:
-        if m.role == "assistant":
-            return AIMessage(content=m.content)
-        own = m.author_id is None or m.author_id == self.turn.user_id
-        if own or m.speaker is None:
-            return HumanMessage(content=m.content)
-        return HumanMessage(content=f"{m.speaker}: {m.content}")
-
-    def _as_shortterm(self, m: HumanMessage) -> Message:
-        turn = self.turn
-        speaker = m.name if isinstance(m.name, str) and m.name.strip() else turn.user_name
-        # An identity (LangChain's own when it has one), so a retried capture adds it once.
-        given = m.id if isinstance(m.id, str) and m.id else None
-        return Message(
-            "user", _text(m), author_id=turn.user_id, speaker=speaker,
-            message_id=given or uuid.uuid4().hex,
-        )  # fmt: skip
-
 
 def memory_tool(history: ShortTermChatHistory) -> StructuredTool:
     """``update_short_term_memory`` as a LangChain tool: the schema the turn's server settings
@@ -296,20 +306,3 @@ def _checked_messages(messages: object) -> list[BaseMessage]:
         if not isinstance(m, BaseMessage):
             raise InvalidInput(f"messages[{i}]", m, "a LangChain BaseMessage")
     return list(messages)
-
-
-def _text(message: BaseMessage) -> str:
-    """The text of a message; content blocks other than text (images, tool calls) are not
-    conversation shortterm can keep."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            text = block.get("text")
-            if isinstance(text, str):
-                parts.append(text)
-    return "\n".join(parts)

@@ -51,7 +51,7 @@ from ..tool.spec import render
 from ..tool.texts import TOOL_NAME
 from . import history_items as hi
 from .home_loop import HomeLoop
-from .openai_agents_items import held_item, items_of, plain, prefixed
+from .openai_agents_items import SURFACE, held_item, items_of, prefixed
 from .scope_locks import scope_lock
 
 try:
@@ -120,7 +120,7 @@ class ShortTermSession:
         if max_item_chars < 1:
             raise InvalidInput("max_item_chars", max_item_chars, "a positive integer or None")
         self.max_item_chars = max_item_chars
-        self._plain = plain(config.max_message_chars)
+        self._cap = config.max_message_chars
         self._home = HomeLoop("ShortTermSession", loop)
         self._lock = asyncio.Lock()  # one operation at a time, on the memory's loop
         # The items of the run in progress, not captured yet. Items without a turn to end
@@ -168,7 +168,7 @@ class ShortTermSession:
         if isinstance(items, str | bytes) or not isinstance(items, list | tuple):
             raise InvalidInput("items", items, "a list of the SDK's input items (dicts)")
         clock = self.memory.clock
-        new = [held_item(item, clock(), uuid.uuid4().hex) for item in items]
+        new = [held_item(item, clock(), uuid.uuid4().hex, self._cap) for item in items]
         if not new:
             return
         with self._held_guard:
@@ -307,7 +307,7 @@ class ShortTermSession:
         *said, answer = hi.groups(taken)
         for group in said:
             (own,) = (h for h in group if h.role is not None)
-            raw = hi.group_raw(group, self._plain, cap)
+            raw = hi.group_raw(SURFACE, group, cap)
             if own.role == "user":
                 history.append(
                     Message(
@@ -323,7 +323,7 @@ class ShortTermSession:
                     )
                 )  # fmt: skip
         (own,) = (h for h in answer if h.role is not None)
-        raw = hi.group_raw(answer, self._plain, cap)
+        raw = hi.group_raw(SURFACE, answer, cap)
         return history, Reply(own.text, persona_id=args.persona_id, raw=raw)
 
     async def _pop(self) -> TResponseInputItem | None:
@@ -364,7 +364,7 @@ class ShortTermSession:
             now = self.memory.clock()
             with self._held_guard:
                 self._held = [
-                    held_item(i, now, uuid.uuid4().hex) for i in items
+                    held_item(i, now, uuid.uuid4().hex, self._cap) for i in items
                 ] + self._held  # fmt: skip
         return popped  # type: ignore[return-value]
 
@@ -372,10 +372,10 @@ class ShortTermSession:
         """``message`` holding ``items`` (what is left after a pop), or ``None`` when its
         text item is gone with the pop."""
         now = self.memory.clock()
-        held = [held_item(i, now, "_") for i in items]
+        held = [held_item(i, now, "_", self._cap) for i in items]
         if not any(h.role is not None for h in held):
             return None
-        raw = hi.group_raw(held, self._plain, max(self.max_item_chars, len(message.raw or "")))
+        raw = hi.group_raw(SURFACE, held, max(self.max_item_chars, len(message.raw or "")))
         return Message(
             message.role, message.content, author_id=message.author_id,
             speaker=message.speaker, at=message.at, message_id=message.message_id,

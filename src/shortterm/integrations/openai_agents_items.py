@@ -9,8 +9,7 @@ rides on one (see :mod:`.history_items`).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import Message
@@ -19,19 +18,29 @@ from ..model.keys import Role
 from ..model.text import clean_text
 from .history_items import Held, Kind, dumps, loads_list
 
-__all__ = ["held_item", "items_of", "plain", "prefixed", "text_of"]
+__all__ = ["SURFACE", "held_item", "items_of", "prefixed", "text_of"]
+
+SURFACE = "openai-agents"  # names the writer of a message's raw
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
-def held_item(item: object, at: float, message_id: str) -> Held:
+def held_item(item: object, at: float, message_id: str, cap: int) -> Held:
     """``item`` as held until its turn is captured: its JSON (``TypeError`` when JSON cannot
-    hold it, as the SDK's own sessions), and what it is in the dialogue."""
+    hold it, as the SDK's own sessions), what it is in the dialogue, and whether a message of
+    ``cap`` characters at most keeps it whole as its text."""
     if not isinstance(item, Mapping):
         raise InvalidInput("items", item, "a list of the SDK's input items (dicts)")
     raw = dumps(item)
     role, text, kind = _what(item)
-    return Held(raw, role, text, kind, at, message_id)
+    plain = (
+        role is not None
+        and len(item) == 2
+        and item.get("content") is text  # a string, not parts
+        and len(text) <= cap
+        and clean_text(text) == text
+    )
+    return Held(raw, role, text, kind, at, message_id, None, plain)
 
 
 def _what(item: Mapping[str, Any]) -> tuple[Role | None, str, Kind]:
@@ -66,25 +75,11 @@ def text_of(content: object) -> str:
     return "\n".join(parts)
 
 
-def plain(cap: int) -> Callable[[Held], bool]:
-    """Whether a held text item is exactly ``{"role", "content": its text}`` as a message
-    of ``cap`` characters at most keeps it: then the message says it all, and needs no
-    ``raw``."""
-
-    def test(h: Held) -> bool:
-        text = h.text
-        if len(text) > cap or clean_text(text) != text:
-            return False
-        return bool(json.loads(h.raw) == {"role": h.role, "content": text})
-
-    return test
-
-
 def items_of(message: Message) -> list[dict[str, Any]]:
     """The items a stored message stands for: its ``raw``, or a ``{"role", "content"}``
     message of its text (a message another surface captured, or a plain one)."""
     if message.raw is not None:
-        items = loads_list(message.raw)
+        items = loads_list(SURFACE, message.raw)
         if items is not None and all(isinstance(i, dict) for i in items):
             return items
     return [{"role": message.role, "content": message.content}]
