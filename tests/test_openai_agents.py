@@ -328,7 +328,11 @@ async def test_the_docs_snippet_runs(
     memory: shortterm.Memory, model: OpenAIChatCompletionsModel, fake: FakeModelProcess
 ) -> None:
     page = (ROOT / "docs" / "openai-agents.md").read_text("utf-8")
-    (snippet,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    (snippet,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.S)
+        if "async def reply" in block
+    ]
     scope: dict[str, Any] = {}
     exec(compile(snippet, "docs/openai-agents.md", "exec"), scope)
     reply = await scope["reply"](memory, model, "note that the cake is in the fridge")
