@@ -24,6 +24,7 @@ import pytest
 import shortterm
 from shortterm import ScopeKey
 from shortterm.model.config import Config
+from tests.raw_support import needs_raw
 
 pytest.importorskip("agents", reason="the OpenAI Agents SDK is absent: pip install -e '.[dev]'")
 pytest.importorskip("langchain_core", reason="needs the [langchain] extra (langchain-core)")
@@ -187,6 +188,47 @@ async def test_pop_item_takes_held_items_first_and_then_the_stored_ones(
     assert await ana.pop_item() == {"role": "assistant", "content": "yours"}
     live = ScopeKey.server(SERVER, CHANNEL)
     assert await contents(memory, live) == ["mine", "his", "reply to him"]
+
+
+@needs_raw
+async def test_a_tool_exchange_is_popped_item_by_item_by_its_owner_only(
+    memory: shortterm.Memory,
+) -> None:
+    """Ana's run used a tool; Bo sees her items (her message under her name) but his pops
+    take his own only; Ana's take her items one by one, newest first."""
+    call = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "sunny", "annotations": []}],
+    }
+    ana, bo = session(memory, U1), session(memory, U2)
+    await ana.add_items([{"role": "user", "content": "weather?"}])
+    await ana.add_items([call, output])
+    await ana.add_items([answer])
+    await turn(bo, "and you?", "fine")
+    assert await session(memory, U2).get_items() == [
+        {"role": "user", "content": "Ana: weather?"},
+        call,
+        output,
+        answer,
+        {"role": "user", "content": "and you?"},
+        {"role": "assistant", "content": "fine"},
+    ]
+    assert [await bo.pop_item() for _ in range(3)] == [
+        {"role": "assistant", "content": "fine"},
+        {"role": "user", "content": "and you?"},
+        None,
+    ]
+    assert [await ana.pop_item() for _ in range(5)] == [
+        answer,
+        output,
+        call,
+        {"role": "user", "content": "weather?"},
+        None,
+    ]
+    assert await contents(memory, ScopeKey.server(SERVER, CHANNEL)) == []
 
 
 # -- two users' turns saved at the same moment -----------------------------------------------
