@@ -11,7 +11,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING
 
 from ...cache.base import PrivateTier
 from ...model import ScopeKey
@@ -21,9 +20,7 @@ from ...model.horizons import Horizons
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
-
-if TYPE_CHECKING:
-    from .forget import UnsureForgets  # forget.py reaches the follower through parts.py
+from .unsure import UnsureForgets
 
 __all__ = ["DEGRADED_FOLLOW_WAIT_S", "JournalFollower"]
 

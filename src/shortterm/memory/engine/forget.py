@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple
 
 from ...model import ScopeKey, UserSettings
 from ...model.errors import StoreUnavailable
@@ -20,43 +19,13 @@ from ...model.fence import channel_target, server_channel_target, user_target
 from ...store.base import Forgotten
 from ..rules import kept_on_clear as kept_on_clear  # a rule, re-exported for the facade
 from .parts import EngineParts
+from .unsure import UnsureForget, UnsureForgets
 
+# UnsureForget(s) are defined in .unsure (the follower needs them without this module)
 __all__ = ["Forgetting", "UnsureForget", "UnsureForgets"]
 
 # A forget whose commit may have landed is retried after these pauses, then at the next call.
 _FORGET_RETRY_PAUSES_S = (0.05, 0.25)
-
-
-class UnsureForget(NamedTuple):
-    """A forget of ours whose outcome is unknown: what :meth:`Forgetting.forget` was given."""
-
-    targets: Sequence[str]
-    durable: Callable[[], Awaitable[Forgotten]]
-    hot: Callable[[], Awaitable[int]]
-    after: Callable[[], None] | None
-    horizon: float | None = None
-
-
-class UnsureForgets:
-    """Our forgets whose commit may or may not have landed, oldest first: retried before this
-    process serves anything (the journal follower asks :attr:`pending` before it follows)."""
-
-    def __init__(self) -> None:
-        self._forgets: list[UnsureForget] = []
-        # A plain flag, not a property: every call of this process reads it.
-        self.pending = False
-
-    def add(self, forget: UnsureForget) -> None:
-        self._forgets.append(forget)
-        self.pending = True
-
-    def take(self) -> list[UnsureForget]:
-        """Every pending forget, leaving none (one that fails again is added back)."""
-        taken, self._forgets, self.pending = self._forgets, [], False
-        return taken
-
-    def listed(self) -> tuple[UnsureForget, ...]:
-        return tuple(self._forgets)
 
 
 class Forgetting:
