@@ -17,6 +17,7 @@ Pure code shared by the adapters (the Agents SDK session, the LangChain history)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -30,6 +31,7 @@ __all__ = [
     "group_raw",
     "groups",
     "loads_list",
+    "new_id",
     "trimmed",
     "turn_end",
 ]
@@ -58,14 +60,26 @@ class Held(NamedTuple):
     plain: bool = False
 
 
+# One encoder of each kind for every call: json.dumps with options builds a new one each time.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_ENCODE_ASCII = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def dumps(obj: object) -> str:
     """Compact JSON; ``TypeError`` for what JSON cannot hold (as the SDK's own sessions)."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = _ENCODE(obj)
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: only an ASCII escape can store it
-        text = json.dumps(obj, separators=(",", ":"))
+        text = _ENCODE_ASCII(obj)
     return text
+
+
+def new_id() -> str:
+    """A message identity no other process makes (as a uuid4's hex, without the object)."""
+    return os.urandom(16).hex()
 
 
 def turn_end(held: Sequence[Held]) -> int:

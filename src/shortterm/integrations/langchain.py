@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -179,8 +178,7 @@ class ShortTermChatHistory(BaseChatMessageHistory):
         docs)."""
         clock = self.memory.clock
         new = [
-            held_message(m, clock(), uuid.uuid4().hex, self._cap)
-            for m in _checked_messages(messages)
+            held_message(m, clock(), hi.new_id(), self._cap) for m in _checked_messages(messages)
         ]
         held = [*self._held, *new]
         limit = self.memory.config.max_messages

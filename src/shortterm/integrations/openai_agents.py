@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -168,7 +167,7 @@ class ShortTermSession:
         if isinstance(items, str | bytes) or not isinstance(items, list | tuple):
             raise InvalidInput("items", items, "a list of the SDK's input items (dicts)")
         clock = self.memory.clock
-        new = [held_item(item, clock(), uuid.uuid4().hex, self._cap) for item in items]
+        new = [held_item(item, clock(), hi.new_id(), self._cap) for item in items]
         if not new:
             return
         with self._held_guard:
@@ -364,7 +363,7 @@ class ShortTermSession:
             now = self.memory.clock()
             with self._held_guard:
                 self._held = [
-                    held_item(i, now, uuid.uuid4().hex, self._cap) for i in items
+                    held_item(i, now, hi.new_id(), self._cap) for i in items
                 ] + self._held  # fmt: skip
         return popped  # type: ignore[return-value]
 
