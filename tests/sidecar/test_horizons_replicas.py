@@ -8,6 +8,7 @@ its snowflake, and an ``at`` too far ahead is refused, naming it."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -221,7 +222,10 @@ async def test_an_at_far_ahead_is_refused_naming_it_and_forgets_nothing(
         assert answer.status_code == 422, answer.text
         problem = answer.json()
         assert problem["code"] == "invalid_input" and problem["field"] == "at", problem
-        assert "not 400 s ahead of this memory's clock (at most 300 s)" in problem["detail"]
+        # About 400 s: the seconds the requests took on a busy machine come off it.
+        assert re.search(
+            r"not (3\d\d|400) s ahead of this memory's clock \(at most 300 s\)", problem["detail"]
+        ), problem
     for bad in ("nan", "inf", "-1", "soon"):
         answer = await b.delete(f"/v1/channels/{platform.channel}", params={"at": bad})
         assert answer.status_code == 422 and answer.json()["field"] == "at", answer.text
