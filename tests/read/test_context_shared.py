@@ -89,9 +89,11 @@ async def test_the_live_scope_a_context_read_is_what_a_get_returns(
     store, cache = scale_urls
     for hot in ("memory://", cache):
         async with shortterm.open(store=store, cache=hot, clock=clock, config=CONFIG) as memory:
-            await memory.clear_channel("seen")
-            await say(memory, channel="seen", text="first words")
-            turn = memory.turn(user_id="u1", channel_id="seen", server_id="g1", persona_id="p1")
+            # A channel of each tier's own (a clear would make the next capture's untimed
+            # history older than its horizon).
+            seen = f"seen-{hot[:5]}"
+            await say(memory, channel=seen, text="first words")
+            turn = memory.turn(user_id="u1", channel_id=seen, server_id="g1", persona_id="p1")
             assert turn.live_seen is None
             await turn.context()
             assert turn.live_seen is not None
