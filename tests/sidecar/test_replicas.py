@@ -257,10 +257,10 @@ async def test_a_capture_that_failed_before_its_write_can_be_retried(
     capture = Turn.capture
     failures = [StoreUnavailable("the durable tier is down")]
 
-    async def failing_once(self: Turn, *args: Any, **kwargs: Any) -> None:
+    async def failing_once(self: Turn, *args: Any, **kwargs: Any) -> Any:
         if failures:
             raise failures.pop()
-        await capture(self, *args, **kwargs)
+        return await capture(self, *args, **kwargs)
 
     monkeypatch.setattr(Turn, "capture", failing_once)
     path = f"/v1/turns/{turn_id}/capture"

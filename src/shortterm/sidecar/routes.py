@@ -166,14 +166,14 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
             captured = await claimed.turn.capture(
                 history=history, replies=replies, stopped=body.stopped
             )
+            await ending.result()  # alone when nothing was written (a skipped capture)
         except BaseException:
-            # The claim is given back so the capture can be retried (unless the end already
-            # went out with a pipeline whose capture then failed: the next turn's capture
-            # carries the same dialogue).
+            # The claim is given back so the capture can be retried, at once, or once Redis
+            # is back when it failed too (unless the end already went out with a pipeline
+            # whose capture then failed: the next turn's capture carries the same dialogue).
             ending.drop()
             await turns.give_back_capture(turn_id, claimed.token)
             raise
-        await ending.result()
         # Said to the caller that made it, not only in /healthz and the metrics.
         return Response(
             status_code=204, headers={DEGRADED_HEADER: "store"} if captured.degraded else None

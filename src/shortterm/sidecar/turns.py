@@ -20,14 +20,16 @@ Two registries keep that contract:
 
   The guard and the capture claim are leases: the claim's owner (a token: this replica's
   random id and a count) and a deadline on Redis's clock, one durable operation and one
-  Redis call at their bounds after the claim. A replica that dies mid-call leaves its claim
-  to lapse. Until then, the same call sent again is answered :class:`TurnBusy` (409, with
-  the time left); after it, the call takes the claim over. A capture is a replace of the
-  turn's stored messages, so it is simply done again. An update is not: its write carries
-  its claim's fence target (:func:`shortterm.model.fence.turn_target`), and the call that
-  takes the claim over asks the durable tier, once, whether a lapsed owner's write landed,
-  fencing their writes off for good when none did (``Engine.take_over_upgrade``). So an
-  update lands once, whichever replica dies when.
+  Redis call at their bounds after the claim. A call that fails gives its claim back at
+  once, even when Redis failed with it (:mod:`.releases`: the release is sent again until
+  Redis takes it). A replica that dies mid-call leaves its claim to lapse. Until then, the
+  same call sent again is answered :class:`TurnBusy` (409, with the time left); after it,
+  the call takes the claim over. A capture is a replace of the turn's stored messages, so
+  it is simply done again. An update is not: its write carries its claim's fence target
+  (:func:`shortterm.model.fence.turn_target`), and the call that takes the claim over asks
+  the durable tier, once, whether a lapsed owner's write landed, fencing their writes off
+  for good when none did (``Engine.take_over_upgrade``). So an update lands once, whichever
+  replica dies when.
 
   Deadlines are read from Redis's clock rather than passed in by the replica (as the turn's
   expiry is): a lease is short, and compared by replicas other than its owner, so the skew
@@ -63,6 +65,7 @@ from ..model.errors import StoreUnavailable
 from ..model.fence import turn_target
 from ..tool import texts
 from .errors import Busy, NotFound
+from .releases import OwedReleases, Release
 
 if TYPE_CHECKING:
     from ..cache.redis import RedisCache
@@ -189,7 +192,8 @@ class Turns(Protocol):
         ...
 
     async def give_back_capture(self, turn_id: str, token: str) -> None:
-        """After a failed capture: give the claim back, so the capture can be retried."""
+        """After a failed capture: give the claim back, so the capture can be retried. Never
+        fails for the tier: a release Redis does not take is sent again until it does."""
         ...
 
 
@@ -282,6 +286,7 @@ _ADD = lua_source("turn_add")
 _GET = lua_source("turn_get")
 _SETTLE = lua_source("turn_settle")
 _END = lua_source("turn_end")
+_GIVE_BACK = lua_source("turn_give_back")
 
 
 def _turn_args(turn: Turn) -> str:
@@ -328,9 +333,13 @@ class _SharedGuard:
         return texts.ALREADY if state == "done" else texts.IN_FLIGHT
 
     def settle(self, upgraded: bool) -> Awaitable[object]:
-        r = self._registry
-        keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0", self._read.token]
-        return r._cache.ride("turn guard", _SETTLE, keys, args).result()
+        # Owed when Redis does not take it: an update that landed is still ok for the
+        # model, and the guard is settled as soon as Redis is back.
+        r, token = self._registry, self._read.token
+        keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0", token]
+        release = Release("turn guard", _SETTLE, keys, args)
+        riding = r._cache.ride(*release).result()
+        return r._owed.settled(riding, self._turn_id, token, release)
 
 
 class RedisTurnRegistry:
@@ -346,6 +355,7 @@ class RedisTurnRegistry:
         self._cache = cache
         self._lease_ms = str(max(1, int(lease_s * 1000)))
         self._replica = secrets.token_hex(6)  # this process, in its claims' tokens
+        self._owed = OwedReleases(self._run, keep_s=lease_s + 1.0)
         self._claims = itertools.count(1)
         # Turns live in their channel's group (its slot), and each group keeps its share of
         # ``max_turns``: eviction is one script, in one slot.
@@ -390,6 +400,8 @@ class RedisTurnRegistry:
 
     async def _load(self, turn_id: str, *, claim: str, call: str = "") -> _Read:
         key, index, _ = self._keys(turn_id)
+        if self._owed:
+            await self._owed.pay(turn_id)  # a retry here: our failed call's claim goes first
         now = self._memory.clock()
         token = f"{self._replica}.{next(self._claims)}"
         # The claimer's journal position: older than any write it makes after the claim.
@@ -439,11 +451,11 @@ class RedisTurnRegistry:
 
     def end_with_capture(self, turn_id: str) -> Pending:
         key, index, _ = self._keys(turn_id)
-        return self._cache.ride("turn end", _END, [key, index], [turn_id, "1"])
+        return self._cache.ride("turn end", _END, [key, index], [turn_id])
 
     async def give_back_capture(self, turn_id: str, token: str) -> None:
-        key, index, _ = self._keys(turn_id)
-        await self._run("turn end", _END, [key, index], [turn_id, "0", token])
+        release = Release("capture's release", _GIVE_BACK, [self._keys(turn_id)[0]], [token])
+        await self._owed.send(turn_id, token, release)
 
 
 class _Added:

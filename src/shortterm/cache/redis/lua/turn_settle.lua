@@ -1,8 +1,9 @@
-#!lua
+#!lua flags=allow-oom
 -- KEYS[1] the turn's hash; ARGV[1] '1' when the upgrade landed (or may have), ARGV[2] the
 -- claim's token. Never recreates an ended turn. A claim taken over since is not ours to give
 -- back; one given back with lapsed owners undecided (g_dead) is only expired, so that the
--- next call that claims decides them.
+-- next call that claims decides them. allow-oom: a full Redis refuses new data, never a guard's
+-- release.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if ARGV[1] == '1' then
   redis.call('HSET', KEYS[1], 'upgrade', 'done')
