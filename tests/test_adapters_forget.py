@@ -33,17 +33,6 @@ ANA, BEN = "111", "999"
 NAMES = {ANA: "Ana", BEN: "Ben"}
 LIVE = ScopeKey.server(SERVER, CHANNEL)
 
-# LangChain's history builds the user's messages (and an earlier answer of the same batch)
-# without ``at``: a capture takes a message placed nowhere as written before any forget that
-# applies to it, so after a clear of the channel, or from a purged user who speaks again, the
-# new messages are left out. The adapter must stamp them with ``memory.clock()``, as the
-# Agents SDK session does.
-UNSTAMPED = pytest.mark.xfail(
-    strict=True,
-    reason="langchain.py builds new Messages without at (taken as old by a forget's horizon): "
-    "stamp them with memory.clock() in ShortTermChatHistory._as_shortterm and _capture",
-)
-
 Say = Callable[[str, str, str], Awaitable[None]]
 Seen = Callable[[str], Awaitable[list[str]]]
 
@@ -168,7 +157,7 @@ async def test_a_purge_takes_the_answers_to_her_and_keeps_the_answers_to_others(
     ]
 
 
-@pytest.mark.parametrize("name", ["agents", pytest.param("langchain", marks=UNSTAMPED)])
+@pytest.mark.parametrize("name", ["agents", "langchain"])
 async def test_what_a_purged_user_says_after_the_purge_is_kept(
     name: str, memory: shortterm.Memory
 ) -> None:
@@ -187,7 +176,7 @@ async def test_what_a_purged_user_says_after_the_purge_is_kept(
     ]
 
 
-@pytest.mark.parametrize("name", ["agents", pytest.param("langchain", marks=UNSTAMPED)])
+@pytest.mark.parametrize("name", ["agents", "langchain"])
 async def test_after_a_clear_the_new_items_are_kept(name: str, memory: shortterm.Memory) -> None:
     chat = adapter(name, memory)
     await chat.say(ANA, "old plan: 7am", "7 it is.")
