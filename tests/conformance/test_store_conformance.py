@@ -9,7 +9,7 @@ import pytest
 from shortterm.model import Category, Privacy, ScopeKey, ServerSettings, UserSettings
 from shortterm.model.fence import WriteFence, turn_target
 from shortterm.model.text import clean_text
-from shortterm.store.base import DistilledWrite, ScopeMeta, ScopeRow
+from shortterm.store.base import LOAD_MANY_KEYS, DistilledWrite, ScopeMeta, ScopeRow
 from tests.support import T0, StoreFactory
 
 GUILD = ScopeMeta(
@@ -140,6 +140,37 @@ async def test_load_owner_is_scoped_by_kind_and_owner(store_factory: StoreFactor
     assert [r.key for r in await store.load_owner("user", "u1")] == [U]
     assert {r.key for r in await store.load_owner("server", "u1")} == {same_id_server}
     assert await store.load(ScopeKey.user("nobody", "c1")) is None
+
+
+async def test_load_many_answers_each_key_in_order(store_factory: StoreFactory) -> None:
+    store = await store_factory()
+    bare = ScopeKey.user("u1", "c1")  # no persona: not the same scope as persona "0"
+    odd = ScopeKey.user("@ana:matrix.org", "!room'\"; --", "persona 👩‍👩‍👧 \u202e")
+    await store.touch([(U, GUILD), (S, GUILD), (bare, GUILD), (odd, GUILD)], increment=S, now=T0)
+    await store.write_distilled([(S, GUILD)], SUMMARY, reset_counter=None, now=T0 + 1)
+    missing = ScopeKey.server("g1", "nowhere", "p1")
+    keys = [S, missing, U, S, bare, ScopeKey.user("u1", "c1", "0"), odd]
+    rows = await store.load_many(keys)
+    assert [r.key if r else None for r in rows] == [S, None, U, S, bare, None, odd]
+    assert rows == [await store.load(k) for k in keys]
+    assert rows[0] is not None and rows[0].summary == "we planned a hike"
+    assert await store.load_many([]) == []
+
+
+async def test_load_many_reads_past_one_statement(store_factory: StoreFactory) -> None:
+    """More keys than one statement reads: the rows on either side of the chunk's end come
+    back, in order, among keys that have none."""
+    store = await store_factory()
+    stored = [ScopeKey.server("g1", f"c{i}", "p1") for i in range(40)]
+    await store.touch([(k, GUILD) for k in stored], increment=None, now=T0)
+    missing = [ScopeKey.server("g1", f"gone{i}", "p1") for i in range(LOAD_MANY_KEYS + 60)]
+    keys = missing[: LOAD_MANY_KEYS - 20] + stored + missing[LOAD_MANY_KEYS - 20 :]
+    rows = await store.load_many(keys)
+    assert len(rows) == len(keys)
+    assert [r.key for r in rows if r is not None] == stored
+    assert [i for i, r in enumerate(rows) if r is not None] == list(
+        range(LOAD_MANY_KEYS - 20, LOAD_MANY_KEYS + 20)
+    )
 
 
 async def test_iter_distilled_streams_only_live_distilled_rows(store_factory: StoreFactory) -> None:

@@ -20,6 +20,7 @@ from ..model.settings import ServerSettings, UserSettings
 # they are re-exported here, where they were first defined.
 __all__ = [
     "JOURNAL_RETENTION_S",
+    "LOAD_MANY_KEYS",
     "BatchTouch",
     "BufferedTouch",
     "Distilled",
@@ -34,6 +35,10 @@ __all__ = [
     "TouchedBatch",
     "WriteScopes",
 ]
+
+LOAD_MANY_KEYS = 2000
+"""The keys :meth:`Store.load_many` reads in one statement (a SQL backend's chunk): a journal
+follower's page of entries names at most this many scopes, so it costs one load."""
 
 TouchScopes: TypeAlias = Sequence[tuple[ScopeKey, ScopeMeta]]
 """The scopes a capture touches, each with its metadata."""
@@ -170,6 +175,11 @@ class Store(Protocol):
 
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         """The stored row of ``key``, or ``None`` when there is none."""
+
+    async def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        """The stored row of each key, in order, ``None`` where there is none (a key given
+        twice comes back twice): one statement per :data:`LOAD_MANY_KEYS` keys, not one per
+        key, each its own snapshot (no transaction spans two). No statement for no keys."""
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         """Every row of one owner (a user's personal rows, or a server's), in no promised

@@ -184,6 +184,10 @@ class ReferenceStore:
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         return self._rows.get(key.astuple)
 
+    async def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        rows = self._rows
+        return [rows.get(key.astuple) for key in keys]
+
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         return [self._rows[t] for t in self._by_owner.get((kind, owner_id), ())]
 

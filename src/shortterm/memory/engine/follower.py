@@ -11,12 +11,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import TypeAlias, cast
 
 from ...cache.base import PrivateTier
 from ...model import ScopeKey
 from ...model.errors import StoreUnavailable
 from ...model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
 from ...model.horizons import Horizons
+from ...model.keys import ScopeKind
+from ...model.rows import ScopeRow
+from ...store.base import LOAD_MANY_KEYS
 from .health import Health
 from .known_settings import KnownSettings
 from .tiers import Tiers
@@ -26,7 +30,11 @@ __all__ = ["DEGRADED_FOLLOW_WAIT_S", "JournalFollower"]
 
 log = logging.getLogger("shortterm")
 
-_JOURNAL_PAGE = 1000
+# Entries read at once: a page's edits name at most as many scopes as one batched load reads,
+# so a page costs two statements (the read and the load) however many edits it holds.
+_JOURNAL_PAGE = LOAD_MANY_KEYS
+
+EditedKey: TypeAlias = tuple[ScopeKind, str, str, str | None]  # an edited scope's astuple
 
 # While the durable tier is failing, how long a call waits for its journal read before it goes
 # on degraded (the read continues in the background): the bound an outage adds to a call.
@@ -166,7 +174,8 @@ class JournalFollower:
                 await self._probe
 
     async def catch_up(self, own: int | None = None) -> None:
-        """Apply every journal entry after our position. ``own``: the sequence of an entry
+        """Apply every journal entry after our position, a page at a time: one read, and one
+        batched load of the scopes the page's edits name. ``own``: the sequence of an entry
         this process wrote and already applied (a purge's scan of every entry need not run
         twice). A ``pruned`` entry newer than our position means entries we never applied
         are gone: a private hot tier is then dropped and reloaded (see :meth:`_gap`)."""
@@ -191,16 +200,29 @@ class JournalFollower:
             now = self._clock()
             reload = False
             horizons = self.horizons
+            # The rows the page's edits name, in one statement read after the page: see _mirror.
+            rows = await self._edited_rows(entries, own)
+            run: dict[EditedKey, int] = {}  # edits since the last other entry: key → its seq
             for entry in entries:
                 if entry.horizon is not None:
                     for target in entry.targets:
                         horizons.record(target, entry.horizon)
-                if entry.kind != "edit" and entry.seq != own:  # own: see caught_up_to
+                if entry.kind == "edit":
+                    key = _edited(entry)
+                    if key in rows and entry.seq != own:
+                        run[key] = entry.seq
+                    continue
+                if run:  # before the entry that may forget them
+                    await self._mirror(run, rows, now)
+                    run = {}
+                if entry.seq != own:  # own: see caught_up_to
                     self._forgot(entry.seq)
                 if entry.kind == "pruned":
                     gap |= _missed(entry, self.head)
                 elif entry.seq != own:
                     reload |= await self._apply(entry, now)
+            if run:
+                await self._mirror(run, rows, now)
             if reload:
                 await self._reload_settings()
             # Only now: a write fenced at the new position relies on all of the above.
@@ -277,16 +299,46 @@ class JournalFollower:
             return True
         elif kind == "server_channel" and subject[0] is not None and subject[1] is not None:
             await cache.delete(ScopeKey.server(subject[0], subject[1], subject[2]))
-        elif kind == "edit" and len(subject) == 4:
-            k, owner, channel, persona = subject
-            if k in ("user", "server") and owner is not None and channel is not None:
-                key = ScopeKey(k, owner, channel, persona)  # type: ignore[arg-type]
-                row = await self._tiers.store.load(key)
-                if row is None:
-                    await cache.delete(key)
-                else:
-                    await cache.apply_rows([row], now, WriteFence(entry.seq))
-        return False
+        return False  # an edit: see _mirror
+
+    async def _edited_rows(
+        self, entries: list[JournalEntry], own: int | None
+    ) -> dict[EditedKey, ScopeRow | None]:
+        """The stored rows of the scopes a page's edits name, by key (``None``: no row), in
+        one statement; none for a shared hot tier (the writing process changed it)."""
+        if self._tiers.cache.shared:
+            return {}
+        keys = {
+            key: None
+            for e in entries
+            if e.kind == "edit" and e.seq != own and (key := _edited(e)) is not None
+        }
+        if not keys:
+            return {}
+        # Keys of our own rows (validated when written): the unchecked constructor.
+        loaded = await self._tiers.store.load_many([ScopeKey._unchecked(*k) for k in keys])
+        return dict(zip(keys, loaded, strict=True))
+
+    async def _mirror(
+        self, run: dict[EditedKey, int], rows: dict[EditedKey, ScopeRow | None], now: float
+    ) -> None:
+        """A private hot tier takes the rows of a run of edits (entries with no other entry
+        between them), each key once, fenced at the run's last entry. The rows were read after
+        the page, so each is at least as new as every entry of it: a row that a forget later
+        in the page covers was deleted or written again after that forget (and comes back
+        only if written again); mirrored here before the forget, the forget then takes it.
+        No forget lies inside a run, so one fence at its end refuses exactly what each
+        edit's own fence would."""
+        cache = self._tiers.cache
+        found = []
+        for key in run:
+            row = rows[key]
+            if row is None:
+                await cache.delete(ScopeKey._unchecked(*key))
+            else:
+                found.append(row)
+        if found:
+            await cache.apply_rows(found, now, WriteFence(max(run.values())))
 
     async def _reload_settings(self) -> None:
         store = self._tiers.store
@@ -337,6 +389,17 @@ def _past_our_position(
         purged = user_target(known.subject[1] or "")
         explained |= any(e.kind == "user" and e.subject == (purged,) for e in entries)
     return entries, not explained and len(entries) < _JOURNAL_PAGE
+
+
+def _edited(entry: JournalEntry) -> EditedKey | None:
+    """The scope an ``edit`` entry names, as a key tuple (``None``: not a scope's)."""
+    subject = entry.subject
+    if len(subject) != 4:
+        return None
+    kind, owner, channel, persona = subject
+    if kind not in ("user", "server") or owner is None or channel is None:
+        return None
+    return (cast("ScopeKind", kind), owner, channel, persona)
 
 
 def _missed(entry: JournalEntry, head: int) -> bool:

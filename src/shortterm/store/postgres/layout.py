@@ -24,6 +24,7 @@ class Layout:
     upsert: str
     fenced_upsert: str
     put: str
+    load_many: str
     fence_lock: int
     """Fenced writes take it shared, forgets exclusively (see ``sql.FENCED_UPSERT``)."""
     journal_lock: int
@@ -42,6 +43,7 @@ class Layout:
             upsert=sql.UPSERT.format(t=t),
             fenced_upsert=sql.FENCED_UPSERT.format(t=t),
             put=sql.PUT.format(t=t),
+            load_many=sql.LOAD_MANY.format(t=t),
             fence_lock=lock_key(f"shortterm.fence:{schema or ''}"),
             journal_lock=lock_key(f"shortterm.journal:{schema or ''}"),
             migrate_lock=f"shortterm.migrate:{schema or ''}",

@@ -16,7 +16,7 @@ from ...model import fence as fencing
 from ...model.fence import WriteFence
 from ...model.keys import ScopeKey, ScopeKind
 from ...model.rows import HydrationRow, ScopeRow, ServerSummary
-from ..base import Distilled, TouchScopes
+from ..base import LOAD_MANY_KEYS, Distilled, TouchScopes
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import sql
 from .pooled import Pooled
@@ -151,6 +151,19 @@ class Scopes:
             cur = await conn.execute(self._layout.common.load, key_args(key))
             r = await cur.fetchone()
             return None if r is None else scope_row(r)
+
+    async def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        wanted = list(dict.fromkeys(map(key_args, keys)))  # each key once, in order
+        found: dict[tuple[str, str, str, str], ScopeRow] = {}
+        for start in range(0, len(wanted), LOAD_MANY_KEYS):
+            # One array per key column: four parameters whatever the count, no session state.
+            columns = [list(c) for c in zip(*wanted[start : start + LOAD_MANY_KEYS], strict=True)]
+            async with self._conn("batched load") as conn:
+                cur = await conn.execute(self._layout.load_many, columns)
+                for r in await cur.fetchall():
+                    row = scope_row(r)
+                    found[key_args(row.key)] = row
+        return [found.get(args) for args in map(key_args, keys)]
 
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         async with self._conn("owner load") as conn:

@@ -93,6 +93,21 @@ assert "fence_clear" in FENCED_UPSERT
 
 KEY_WHERE = key_where("%s")
 
+# Many scopes by key in one statement (a journal follower's page of edits): the keys as four
+# text arrays (kind, owner, channel, persona or ''), each looked up in scopes_key. The LATERAL
+# subquery with its LIMIT keeps the plan a nested loop of index scans whatever the number of
+# keys (a plain join of 2,000 keys was planned as a hash join over the whole table). EXPLAIN:
+# "Nested Loop -> Function Scan on k; Limit -> Index Scan using scopes_key … Index Cond:
+# ((kind = k.kind) AND (owner_id = k.owner_id) AND (channel_id = k.channel_id) AND
+# (COALESCE(persona_id, '') = k.persona))".
+LOAD_MANY = (
+    "SELECT s.* FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+    "AS k(kind, owner_id, channel_id, persona) CROSS JOIN LATERAL "
+    f"(SELECT {SCOPE_COLS} FROM {{t}}scopes AS s WHERE s.kind = k.kind AND "
+    "s.owner_id = k.owner_id AND s.channel_id = k.channel_id "
+    "AND COALESCE(s.persona_id, '') = k.persona LIMIT 1) AS s"
+)
+
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),
 # read in index order so the GroupAggregate streams and the Limit stops the scan after the
 # page. EXPLAIN: "Limit -> GroupAggregate -> Index Scan using scopes_key on scopes s, Index

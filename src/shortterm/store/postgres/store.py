@@ -234,6 +234,9 @@ class PostgresStore:
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         return await self._scopes.load(key)
 
+    async def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        return await self._scopes.load_many(keys)
+
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         return await self._scopes.load_owner(kind, owner_id)
 

@@ -122,7 +122,7 @@ class Journaling:
                 r[0],
                 r[1],
                 tuple(json.loads(r[2])),
-                tuple(json.loads(r[3])),
+                () if r[3] == "[]" else tuple(json.loads(r[3])),  # an edit's: no targets
                 float(r[4]),
                 None if r[5] is None else float(r[5]),
             )

@@ -22,7 +22,7 @@ from ...model.rows import (
     ServerSummary,
     merge_categories,
 )
-from ..base import BufferedTouch, Distilled, TouchedBatch, TouchScopes
+from ..base import LOAD_MANY_KEYS, BufferedTouch, Distilled, TouchedBatch, TouchScopes
 from ..sql_common import SCOPE_COLS, key_args, server_summaries
 from . import journal, sql
 from .commits import CommitWatch
@@ -231,6 +231,23 @@ class Scopes:
             return None if r is None else scope_row(r)
 
         return self._guard("load", run)
+
+    def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        wanted = list(dict.fromkeys(map(key_args, keys)))  # each key once, in order
+
+        def run() -> dict[tuple[str, str, str, str], ScopeRow]:
+            found = {}
+            for start in range(0, len(wanted), LOAD_MANY_KEYS):
+                chunk = json.dumps(wanted[start : start + LOAD_MANY_KEYS])
+                for r in self._db.execute(sql.LOAD_MANY, (chunk,)):
+                    row = scope_row(r)
+                    found[key_args(row.key)] = row
+            return found
+
+        if not keys:
+            return []
+        found = self._guard("batched load", run)
+        return [found.get(args) for args in map(key_args, keys)]
 
     def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         return self._guard(

@@ -109,6 +109,18 @@ assert FENCED_UPSERT.count("NOT EXISTS") == 1
 
 KEY_WHERE = key_where("?")
 COMMON = Statements.of("", "?")
+
+# Many scopes by key in one statement (a journal follower's page of edits): the keys go as one
+# JSON array of [kind, owner, channel, persona or ''], so no bound on parameters applies, and
+# each is looked up in scopes_key. EXPLAIN QUERY PLAN: "SCAN k VIRTUAL TABLE", then "SEARCH s
+# USING INDEX scopes_key (kind=? AND owner_id=? AND channel_id=? AND <expr>=?)".
+LOAD_MANY = (
+    f"SELECT {', '.join(f's.{c}' for c in SCOPE_COLS.split(', '))} "
+    "FROM json_each(?) AS k CROSS JOIN scopes AS s "
+    "WHERE s.kind = json_extract(k.value, '$[0]') AND s.owner_id = json_extract(k.value, '$[1]') "
+    "AND s.channel_id = json_extract(k.value, '$[2]') "
+    "AND COALESCE(s.persona_id, '') = json_extract(k.value, '$[3]')"
+)
 CATEGORIES_OF = f"SELECT categories FROM scopes WHERE {KEY_WHERE}"
 
 # One keyset page of servers: a range over the leading columns of scopes_key (kind, owner_id),

@@ -152,6 +152,9 @@ class SQLiteStore:
     async def load(self, key: ScopeKey) -> ScopeRow | None:
         return self._scopes.load(key)
 
+    async def load_many(self, keys: Sequence[ScopeKey]) -> list[ScopeRow | None]:
+        return self._scopes.load_many(keys)
+
     async def load_owner(self, kind: ScopeKind, owner_id: str) -> list[ScopeRow]:
         return self._scopes.load_owner(kind, owner_id)
 
