@@ -69,8 +69,12 @@ def meta_json(meta: ScopeMeta) -> str:
 
 
 def message_json(m: Message) -> str:
-    """One message as it appears inside :func:`messages_json`."""
-    return dumps([m.role, m.content, m.author_id, m.speaker, m.at, m.message_id, m.privacy.value])
+    """One message as it appears inside :func:`messages_json`: a flat array; a message with a
+    ``raw`` has it as an eighth item (a string, so the array stays flat for capture.lua)."""
+    parts = [m.role, m.content, m.author_id, m.speaker, m.at, m.message_id, m.privacy.value]
+    if m.raw is not None:
+        parts.append(m.raw)
+    return dumps(parts)
 
 
 def messages_json(at: float, messages: Sequence[Message]) -> str:
@@ -92,10 +96,7 @@ def authors_json(messages: Sequence[Message]) -> str:
 def decode_messages(raw: list[Any]) -> tuple[Message, ...]:
     # Unchecked: only this tier writes records, from messages that were checked then.
     unchecked, privacy_of = Message._unchecked, _PRIVACY.__getitem__
-    return tuple(
-        unchecked(role, content, author, speaker, at, message_id, privacy_of(privacy))
-        for role, content, author, speaker, at, message_id, privacy in raw
-    )
+    return tuple(unchecked(*m[:6], privacy_of(m[6]), m[7] if len(m) > 7 else None) for m in raw)
 
 
 _PRIVACY = {p.value: p for p in Privacy}

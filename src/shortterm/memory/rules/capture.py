@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 _FULL = Privacy.FULL
+_NONE = Privacy.NONE
 
 
 class CapturePlan(NamedTuple):
@@ -70,11 +71,10 @@ def admitted(
     kept = []
     answers_hidden = False  # the user message the next bot messages answer was left out
     for m in history:
+        hidden = m.privacy is _FULL or bool(full_users and m.author_id in full_users)
         if m.role == "user":
-            answers_hidden = m.privacy is _FULL or bool(full_users and m.author_id in full_users)
-            if answers_hidden:
-                continue
-        elif answers_hidden or m.privacy is _FULL:
+            answers_hidden = hidden
+        if hidden or answers_hidden:
             continue
         content = m.content
         if not content or content.isspace():
@@ -88,6 +88,7 @@ def admitted(
                 m.at if m.at is not None else id_time(m.message_id, ids) or now,
                 m.message_id,
                 m.privacy,
+                m.raw,
             )
         kept.append(m)
     return kept
@@ -118,7 +119,11 @@ def plan_capture(
         text = r.text
         if text and not text.isspace():
             speaker = r.persona_name or args.bot_name
-            kept.append(Message._unchecked("assistant", _cap(text, cap), None, speaker, now))
+            kept.append(
+                Message._unchecked(
+                    "assistant", _cap(text, cap), None, speaker, now, None, _NONE, r.raw
+                )
+            )
     if len(kept) == before:
         return []  # every reply was blank
     limit = config.max_messages
