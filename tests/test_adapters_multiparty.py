@@ -24,7 +24,6 @@ import pytest
 import shortterm
 from shortterm import ScopeKey
 from shortterm.model.config import Config
-from tests.raw_support import needs_raw
 
 pytest.importorskip("agents", reason="the OpenAI Agents SDK is absent: pip install -e '.[dev]'")
 pytest.importorskip("langchain_core", reason="needs the [langchain] extra (langchain-core)")
@@ -190,7 +189,6 @@ async def test_pop_item_takes_held_items_first_and_then_the_stored_ones(
     assert await contents(memory, live) == ["mine", "his", "reply to him"]
 
 
-@needs_raw
 async def test_a_tool_exchange_is_popped_item_by_item_by_its_owner_only(
     memory: shortterm.Memory,
 ) -> None:

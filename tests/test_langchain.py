@@ -36,7 +36,6 @@ from langchain_openai import ChatOpenAI
 from shortterm.integrations.langchain import ShortTermChatHistory, SyncInsideLoop
 from shortterm.tool import texts
 from tests.fake_model_process import FakeModelProcess, fake_model_process
-from tests.raw_support import needs_raw
 
 # RunnableWithMessageHistory warns on construction since langchain-core 1.3.3; it still works
 # and is what the brief asks us to support.
@@ -221,7 +220,6 @@ async def test_another_persons_message_carries_their_name(memory: shortterm.Memo
     assert [m.content for m in await bo.aget_messages()] == ["Ana: hi all", "hi Ana"]
 
 
-@needs_raw
 async def test_tool_and_system_messages_come_back_in_order(memory: shortterm.Memory) -> None:
     history = history_for(memory, "c1")
     call = {"name": "lookup", "args": {}, "id": "call_1", "type": "tool_call"}

@@ -20,7 +20,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 import shortterm
 from shortterm.integrations.langchain import ShortTermChatHistory
 from shortterm.model.config import Config
-from tests.raw_support import needs_raw
 
 SERVER, CHANNEL, USER = "333", "222", "111"
 CALL = {"name": "weather", "args": {"city": "Oslo"}, "id": "call_1", "type": "tool_call"}
@@ -57,7 +56,6 @@ def turn_with_a_tool() -> list[BaseMessage]:
     ]
 
 
-@needs_raw
 async def test_messages_come_back_in_the_shape_added(memory: shortterm.Memory) -> None:
     added = turn_with_a_tool()
     h = history(memory)
@@ -111,7 +109,6 @@ async def test_captured_messages_carry_the_time_they_were_added(urls: tuple[str,
         assert [msg.at for msg in entry.messages] == [t0, t0 + 30, t0 + 30, t0 + 60]
 
 
-@needs_raw
 async def test_the_window_keeps_whole_messages(urls: tuple[str, str]) -> None:
     store, cache = urls
     async with await shortterm.open(store=store, cache=cache, config=Config(max_messages=3)) as m:

@@ -29,7 +29,6 @@ from shortterm.integrations.openai_agents import ShortTermSession
 from shortterm.model import ServerSettings
 from shortterm.tool import texts
 from tests.fake_model_process import FakeModelProcess, fake_model_process
-from tests.raw_support import needs_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER, USER = "333", "111"
@@ -189,7 +188,6 @@ async def test_the_nudge_comes_with_the_tool_only(
     assert len(items) == len(plain) + 1
 
 
-@needs_raw
 async def test_add_items_keeps_every_item_and_captures_at_the_answer(
     memory: shortterm.Memory,
 ) -> None:

@@ -30,7 +30,6 @@ import shortterm
 from shortterm.integrations.home_loop import OtherLoop
 from shortterm.integrations.openai_agents import ShortTermSession
 from shortterm.model.config import Config
-from tests.raw_support import needs_raw
 
 SERVER, CHANNEL, USER = "333", "222", "111"
 RUN = RunConfig(tracing_disabled=True)
@@ -92,7 +91,6 @@ async def test_an_answer_followed_by_a_question_is_kept_at_once(memory: shortter
     assert await session(memory).get_items() == [Q1, A2]
 
 
-@needs_raw
 async def test_every_item_comes_back_in_the_shape_added(memory: shortterm.Memory) -> None:
     run = [[Q1], [RS, FC, FCO], [A1], [Q2], [A2]]  # batches as a runner hands them over
     s = session(memory)
@@ -166,7 +164,6 @@ def test_session_settings_are_checked_when_the_session_is_made(memory: shortterm
     assert session(memory).session_settings == SessionSettings()
 
 
-@needs_raw
 async def test_a_limit_inside_a_tool_exchange_is_left_to_the_runner(
     memory: shortterm.Memory,
 ) -> None:
@@ -184,7 +181,6 @@ async def test_a_limit_inside_a_tool_exchange_is_left_to_the_runner(
 # -- pop and clear --------------------------------------------------------------------------
 
 
-@needs_raw
 async def test_pop_item_takes_the_newest_item_each_time(memory: shortterm.Memory) -> None:
     s = session(memory)
     await s.add_items([Q1, FC, FCO, A1, {"role": "user", "content": "held"}])
@@ -208,7 +204,6 @@ async def test_clear_session_forgets_every_item(memory: shortterm.Memory) -> Non
 # -- bounds and forgets ---------------------------------------------------------------------
 
 
-@needs_raw
 async def test_the_window_keeps_whole_messages_with_their_items(urls: tuple[str, str]) -> None:
     store, cache = urls
     async with await shortterm.open(store=store, cache=cache, config=Config(max_messages=3)) as m:
@@ -223,7 +218,6 @@ async def test_the_window_keeps_whole_messages_with_their_items(urls: tuple[str,
         assert held[-3:] == [{"role": "user", "content": f"u{i}"} for i in (2, 3, 4)]
 
 
-@needs_raw
 async def test_a_message_over_max_item_chars_keeps_its_text(memory: shortterm.Memory) -> None:
     s = session(memory, max_item_chars=300)
     big = {"type": "function_call_output", "call_id": "c1", "output": "x" * 400}
@@ -282,7 +276,6 @@ async def test_run_sync_from_a_loop_of_its_own(memory: shortterm.Memory) -> None
     assert len(await session(memory).get_items()) == 4
 
 
-@needs_raw
 async def test_an_agent_sees_the_tool_it_used_last_turn(memory: shortterm.Memory) -> None:
     @function_tool
     def weather(city: str) -> str:
