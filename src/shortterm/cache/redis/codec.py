@@ -96,7 +96,14 @@ def authors_json(messages: Sequence[Message]) -> str:
 def decode_messages(raw: list[Any]) -> tuple[Message, ...]:
     # Unchecked: only this tier writes records, from messages that were checked then.
     unchecked, privacy_of = Message._unchecked, _PRIVACY.__getitem__
-    return tuple(unchecked(*m[:6], privacy_of(m[6]), m[7] if len(m) > 7 else None) for m in raw)
+    out = []
+    for m in raw:
+        role, content, author, speaker, at, message_id, privacy = m[:7]
+        item = m[7] if len(m) > 7 else None  # a surface's raw items (Message.raw)
+        out.append(
+            unchecked(role, content, author, speaker, at, message_id, privacy_of(privacy), item)
+        )
+    return tuple(out)
 
 
 _PRIVACY = {p.value: p for p in Privacy}
