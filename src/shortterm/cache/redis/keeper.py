@@ -10,24 +10,29 @@
   (:func:`.repair.backfill`). A write still refused after that is reported, never dropped in
   silence.
 
-Repairs a read or a write asks for run one at a time in a process (concurrent calls that
-found the same group short wait for the first, then find nothing left to do). The repair
-needs the journal: the one the tier's last repair was given (the journal follower repairs
-when the process opens), so a tier never repaired only notes the group as due.
+A repair runs as a task of the tier's, one at a time in a process: the calls that need one
+start it or join the one running, and wait for it at most ``REPAIR_WAIT_S`` after it began.
+A repair still running then (Redis lost many forgets: a replay of 100,000 takes seconds)
+goes on in the background while calls answer: reads serve nothing from the groups still
+short, and a capture into one raises ``CacheUnavailable`` (its durable part is written;
+the sidecar answers 503 with ``Retry-After``). The repair needs the journal: the one the
+tier's last repair was given (the journal follower repairs when the process opens), so a
+tier never repaired only notes the group as due.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from contextvars import Context
 
 from ...model.errors import StoreUnavailable
 from ..base import JournalReader
 from . import repair as redis_repair
 from .scripts import Groups
 
-__all__ = ["WRITE_TRIES", "Keeper"]
+__all__ = ["REPAIR_WAIT_S", "WRITE_TRIES", "Keeper"]
 
 log = logging.getLogger("shortterm")
 
@@ -35,33 +40,100 @@ log = logging.getLogger("shortterm")
 # group reset again meanwhile).
 WRITE_TRIES = 3
 
-Repair = Callable[[JournalReader, float], Awaitable[int]]
+# How long after a repair began the calls that need it wait for it; past that they answer
+# without it (reads serve nothing from a group still short), so a call that finds Redis
+# far behind answers within about this bound, whatever the repair has left to do.
+REPAIR_WAIT_S = 1.0
 
 
 class Keeper:
-    """The repairs one tier's reads and writes ask for."""
+    """The repairs one tier's reads, writes and journal follower ask for."""
 
-    def __init__(self, g: Groups, repair: Repair) -> None:
+    def __init__(self, g: Groups, token: str) -> None:
         self._g = g
-        self._repair = repair  # the tier's: it checks the server at its first call
-        self._lock = asyncio.Lock()
+        self._token = token  # the tier's: it names this process's claims on a reset
         self.journal: JournalReader | None = None  # the tier's last repair's
+        self._task: asyncio.Task[int] | None = None
+        self._until = 0.0  # when calls stop waiting for the running task (the loop's clock)
+        self._to = 0  # the highest ``to`` asked of the running task
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def repair(self, now: float, to: int = 0) -> int:
+        """Bring every group's mark up to what this process knows was forgotten (or ``to``):
+        start the repair, or join the one running, and wait for it until ``REPAIR_WAIT_S``
+        after it began. Returns its highest mark (see :func:`.repair.repair`), or 0 while it
+        goes on in the background or when it failed (logged; tried again at the next call
+        that finds a group short)."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        self._to = max(self._to, to)
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is None or task.done():
+            self._until = loop.time() + REPAIR_WAIT_S
+            # A context of its own: it outlives the call that started it, whose per-call
+            # state (a failure met earlier in the call) is not its own.
+            run = self._run(journal, now)
+            task = loop.create_task(run, name="shortterm-redis-repair", context=Context())
+            self._task = task
+            task.add_done_callback(_reported)
+        left = self._until - loop.time()
+        if left > 0:
+            try:
+                return await asyncio.wait_for(asyncio.shield(task), left)
+            except TimeoutError:
+                pass
+        if self._until > 0:
+            self._until = 0.0  # said once per repair
+            log.warning(
+                "shortterm Redis repair goes on in the background: Redis lost forgets it "
+                "had applied (a restart from an older snapshot, a promoted replica); until "
+                "they are replayed, the groups short of them serve nothing and refuse captures"
+            )
+        return 0
+
+    async def _run(self, journal: JournalReader, now: float) -> int:
+        highest = 0
+        try:
+            while True:
+                to = self._to
+                mark = await redis_repair.repair(self._g, journal, self._token, now, to)
+                highest = max(highest, mark)
+                if self._to <= to:  # else a call asked for more meanwhile
+                    return highest
+        except StoreUnavailable as exc:
+            self._g.marks.due = True
+            log.warning(
+                "shortterm could not replay the journal's forgets into Redis (tried again at "
+                "the next call; until then what Redis may have lost of them is not served): %s",
+                exc,
+            )
+            return 0
+
+    async def close(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
 
     async def mend(self, now: float) -> bool:
         """Repair now what a reply showed short; whether every group vouches again."""
-        journal, marks = self.journal, self._g.marks
-        if journal is None:
+        if self.journal is None:
             return False
-        async with self._lock:
-            if marks.due:  # else another call of ours repaired it meanwhile
-                await self._repair(journal, now)
-        return not marks.due
+        if self._g.marks.due:  # else a repair of ours finished meanwhile
+            await self.repair(now)
+        return not self._g.marks.due
 
     async def vouch(self, groups: Sequence[int], position: int, attempt: int, now: float) -> str:
         """After a write at ``position`` was refused in ``groups`` (``-2``) on its try
         ``attempt`` (from 0): 'again' to send it again, 'fenced' when a journaled entry since
         its position refuses every write before it (a prune), 'no' when nothing more can be
-        done (the repair failed, or the journal could not be read)."""
+        done (the repair failed or goes on in the background, or the journal could not be
+        read)."""
         self._g.marks.due = True
         if not await self.mend(now) or self.journal is None:
             return "no"
@@ -73,3 +145,9 @@ class Keeper:
             log.warning("shortterm could not read the journal to rewrite a refused write: %s", exc)
             return "no"
         return "fenced" if "fenced" in replies else "again"
+
+
+def _reported(task: asyncio.Task[int]) -> None:
+    """A repair that failed other than by a tier being unavailable, with no call waiting."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("shortterm Redis repair failed", exc_info=exc)

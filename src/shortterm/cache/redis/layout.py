@@ -13,6 +13,8 @@ hash tag, which Redis Cluster uses, alone, to choose the key's slot::
     P{g<k>}tb, th, tl            the group's copy of the forget fence
     P{g<k>}fm                    the group's mark: the journal position up to which every
                                  forget is applied here (``redis_repair``)
+    P{g<k>}fo                    while a replay of lost forgets is under way: the mark it
+                                 began from (a prune is checked against it)
     P{g<k>}sv                    the group's copy of the newest settings change
     P{g<k>}moving                never written: see :meth:`Layout.fixed_keys`
     P{o:<kind>:<owner>}          the owner directory: every key of the owner, in any group

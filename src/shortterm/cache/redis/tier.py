@@ -30,10 +30,12 @@ none), a replica promoted before it caught up, a flush: the durable journal keep
 forget, and each group keeps a *mark*, the journal position up to which it has applied every
 forget. Every reply carries it; a group short of what the process knows was forgotten serves
 nothing until the forgets it lost are replayed from the journal, and a group without a mark is
-reset before it takes a fenced write (:mod:`.repair`). The replay and the mark's move are
-one script, so a group that goes back in time takes its mark back with what it lost. A read
-that finds its group short repairs it and reads again, and a write it refused is written again
-once it is repaired (:mod:`.keeper`): an acknowledged capture is never dropped in silence.
+reset before it takes a fenced write (:mod:`.repair`). Each step of the replay and the
+mark's move through it are one script, so a group that goes back in time takes its mark back
+with what it lost. A read that finds its group short repairs it and reads again, and a write
+it refused is written again once it is repaired (:mod:`.keeper`, which waits for a repair a
+bounded time and leaves the rest to the background): an acknowledged capture is never dropped
+in silence.
 
 **Eviction.** A forget finds records through indexes; a Redis that evicts keys could drop an
 index and keep its records. The tier refuses to open on a Redis whose ``maxmemory-policy`` is
@@ -70,7 +72,6 @@ from ...model.errors import ConfigError, StoreUnavailable
 from ...model.fence import WriteFence
 from ..base import HotTier, JournalReader
 from . import forget as redis_forget
-from . import repair as redis_repair
 from . import scan as redis_scan
 from .client import (
     Calls,
@@ -133,7 +134,7 @@ class RedisCache(HotTier):
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
             0,
         )
-        self._keeper = Keeper(self._g, self.repair)
+        self._keeper = Keeper(self._g, self._token)
         writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
         self._sender = Sender(writes, self._directories, self._keeper, self._counts)
 
@@ -313,29 +314,19 @@ class RedisCache(HotTier):
 
     async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
         """See :mod:`.repair`: only when a reply showed a group short of what we know
-        (or none was read yet), or ``to`` brings our own forget. The first call also checks
-        the topology and the eviction policy. A Redis
-        that does not answer is not an error here: the repair is tried again at the next
-        call that follows the journal (this process's reads and writes fail on their own).
-        At the first contact it is (``CacheUnavailable``): the open fails."""
+        (or none was read yet), or ``to`` brings our own forget; run by the keeper, which
+        waits for it a bounded time and leaves the rest to the background (:mod:`.keeper`).
+        The first call also checks the topology and the eviction policy: a Redis never
+        reached fails the open (``CacheUnavailable``). Later, a Redis that does not answer
+        is not an error here: the repair is tried again at the next call that follows the
+        journal (this process's reads and writes fail on their own)."""
         self._keeper.journal = journal  # what a read or write that finds a group short uses
         if not self._marks.due and to <= self._marks.known:
             return 0  # no reply showed a group short, and we bring no forget of our own
-        try:
-            if not self._server_checked:
-                await self.check_topology()
-                await self.check_eviction()
-            return await redis_repair.repair(self._g, journal, self._token, now, to)
-        except StoreUnavailable as exc:
-            if not self._server_checked:
-                raise  # the first contact, at open: a Redis never reached fails the open
-            self._marks.due = True
-            log.warning(
-                "shortterm could not replay the journal's forgets into Redis (tried again at "
-                "the next call; until then what Redis may have lost of them is not served): %s",
-                exc,
-            )
-            return 0
+        if not self._server_checked:
+            await self.check_topology()
+            await self.check_eviction()
+        return await self._keeper.repair(now, to)
 
     async def check_topology(self) -> None:
         """Refuse a Redis Cluster node opened as one node (``redis://``, ``rediss://``): it
@@ -470,6 +461,7 @@ class RedisCache(HotTier):
         if self._calls.closed:
             return
         self._calls.closed = True
+        await self._keeper.close()
         if self._owns_client:
             await close_client(self.client)
 
