@@ -1,5 +1,6 @@
 """A PostgreSQL primary and a streaming standby of the test's own, for failover tests
-(tests/reliability/test_postgres_failover.py): ``initdb`` into a temporary directory, the
+(tests/reliability/test_postgres_failover.py), or one cluster to stop and start again
+(tests/reliability/test_postgres_outage.py): ``initdb`` into a temporary directory, the
 primary on a free loopback port (``wal_level=replica``, trust authentication, replication
 included), the standby made from it with ``pg_basebackup -R`` on another free port. Both are
 driven with ``pg_ctl``: stopped (``immediate``: the primary dies as in a crash), started again,
@@ -187,15 +188,62 @@ class Pair:
         return time.monotonic() - began
 
 
-@contextmanager
-def primary_and_standby() -> Iterator[Pair]:
-    """A running primary and a streaming standby, stopped and removed on the way out."""
-    require_pg_binaries()
-    directory = Path(tempfile.mkdtemp(prefix="stm-pg-failover-"))
+def _init(node: Node, directory: Path, **settings: Any) -> None:
+    """``initdb`` into ``node.data`` (trust authentication on loopback, replication too),
+    ``settings`` appended to its configuration, then start it."""
+    node.run(
+        INITDB, "-D", node.data, "-U", "postgres", "-A", "trust", "--no-sync",
+        "--no-instructions",
+    )  # fmt: skip
+    (node.data / "pg_hba.conf").write_text(
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+        "local replication all trust\nhost replication all 127.0.0.1/32 trust\n",
+        "utf-8",
+    )
+    node.configure(
+        port=node.port,
+        listen_addresses="127.0.0.1",
+        unix_socket_directories=directory,
+        fsync="off",  # a process crash loses nothing unflushed: the OS still has it
+        max_connections=40,
+        shared_buffers="16MB",
+        log_min_messages="warning",
+        **settings,
+    )
+    node.start()
+
+
+def _owned_directory(prefix: str) -> tuple[Path, int | None, int | None]:
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
     user = _server_user()
     uid, gid = (None, None) if user is None else (user.pw_uid, user.pw_gid)
     if uid is not None and gid is not None:
         os.chown(directory, uid, gid)
+    return directory, uid, gid
+
+
+@contextmanager
+def one_cluster() -> Iterator[Node]:
+    """A running cluster of the test's own (to stop and start again: an outage), stopped and
+    removed on the way out."""
+    require_pg_binaries()
+    directory, uid, gid = _owned_directory("stm-pg-own-")
+    node = Node("own", directory / "data", free_port(), directory / "own.log", uid, gid)
+    try:
+        _init(node, directory)
+        yield node
+    finally:
+        if node.running():
+            with suppress(RuntimeError, subprocess.TimeoutExpired):
+                node.stop("immediate")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def primary_and_standby() -> Iterator[Pair]:
+    """A running primary and a streaming standby, stopped and removed on the way out."""
+    require_pg_binaries()
+    directory, uid, gid = _owned_directory("stm-pg-failover-")
     primary = Node(
         "primary", directory / "primary", free_port(), directory / "primary.log", uid, gid
     )
@@ -203,29 +251,14 @@ def primary_and_standby() -> Iterator[Pair]:
         "standby", directory / "standby", free_port(), directory / "standby.log", uid, gid
     )
     try:
-        primary.run(
-            INITDB, "-D", primary.data, "-U", "postgres", "-A", "trust", "--no-sync",
-            "--no-instructions",
-        )  # fmt: skip
-        (primary.data / "pg_hba.conf").write_text(
-            "local all all trust\nhost all all 127.0.0.1/32 trust\n"
-            "local replication all trust\nhost replication all 127.0.0.1/32 trust\n",
-            "utf-8",
-        )
-        primary.configure(
-            port=primary.port,
-            listen_addresses="127.0.0.1",
-            unix_socket_directories=directory,
+        _init(
+            primary,
+            directory,
             wal_level="replica",
             max_wal_senders=4,
             hot_standby="on",
-            fsync="off",  # a process crash loses nothing unflushed: the OS still has it
-            max_connections=40,
-            shared_buffers="16MB",
             wal_receiver_status_interval="1s",
-            log_min_messages="warning",
         )
-        primary.start()
         primary.run(
             PG_BASEBACKUP, "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
             "-D", standby.data, "-R", "-X", "stream", "-c", "fast", "--no-sync",

@@ -35,15 +35,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import compile_path
 
+from ..memory.engine.health import Seen
 from ..model.errors import CacheUnavailable, InvalidInput, ShortTermError, StoreUnavailable
 from .schemas import Problem
 from .schemas.base import valid_json
 
 __all__ = [
     "CAPTURED_DOC",
+    "DEGRADED",
     "DEGRADED_HEADER",
+    "READ_DOC",
+    "STARTED_DOC",
     "Busy",
     "NotFound",
+    "degraded_headers",
     "install_error_handlers",
     "openapi_errors",
     "problem_response",
@@ -51,20 +56,50 @@ __all__ = [
 
 log = logging.getLogger("shortterm.sidecar")
 
-# On a capture's 204 when the durable tier failed: the answer is a success (the dialogue was
-# kept, in the hot tier), but the caller that made it learns that it was kept there only.
+# On a success the hot tier served alone while the durable tier failed: the answer is a
+# success (the dialogue was kept, the context or entry read, from the hot tier), but the
+# caller that made it learns that the durable tier had no part in it.
 DEGRADED_HEADER = "Shortterm-Degraded"
-CAPTURED_DOC: dict[str, Any] = {
-    "description": "Captured (or skipped: a stopped turn, no reply, a full-privacy user).",
-    "headers": {
-        DEGRADED_HEADER: {
-            "description": "Present when the durable tier failed: `store`. The dialogue was "
-            "kept in the hot tier only (until its TTL or a restart) and the turn counter's "
-            "step was lost; /healthz says `degraded: true` while it lasts.",
-            "schema": {"type": "string", "enum": ["store"]},
-        }
-    },
-}
+DEGRADED = {DEGRADED_HEADER: "store"}
+_DEGRADED_SCHEMA = {"type": "string", "enum": ["store"]}
+
+
+def degraded_doc(description: str, served: str) -> dict[str, Any]:
+    """The OpenAPI entry of a success that may carry ``Shortterm-Degraded: store``;
+    ``served``: what the hot tier did alone."""
+    return {
+        "description": description,
+        "headers": {
+            DEGRADED_HEADER: {
+                "description": f"Present when the durable tier failed: `store`. {served} "
+                "/healthz says `degraded: true` while it lasts.",
+                "schema": _DEGRADED_SCHEMA,
+            }
+        },
+    }
+
+
+CAPTURED_DOC = degraded_doc(
+    "Captured (or skipped: a stopped turn, no reply, a full-privacy user).",
+    "The dialogue was kept in the hot tier only (until its TTL or a restart) and the turn "
+    "counter's step was lost;",
+)
+STARTED_DOC = degraded_doc(
+    "The turn, its context and tools.",
+    "The context was read from the hot tier alone (what other processes forgot meanwhile is "
+    "applied once the durable tier is back; a scope the hot tier lacks shows nothing);",
+)
+READ_DOC = degraded_doc(
+    "What is remembered.",
+    "It was read from the hot tier alone;",
+)
+
+
+def degraded_headers(seen: Seen, known_down: bool) -> dict[str, str] | None:
+    """``Shortterm-Degraded: store`` for an answer the hot tier served alone: the call met a
+    durable failure (``seen``, see ``health.watching``), or the process knows the durable
+    tier is failing (``known_down``: what /healthz says)."""
+    return DEGRADED if seen.reason is not None or known_down else None
 
 
 class NotFound(LookupError):
@@ -146,10 +181,13 @@ async def _busy(request: Request, exc: Exception) -> Response:
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
+    # A write whose commit went out unanswered may have landed: not "nothing was changed".
+    unsure = isinstance(exc, StoreUnavailable) and exc.maybe_applied
+    said = "it may have been saved" if unsure else "nothing was changed"
     return problem_response(
         503,
         "store_unavailable",
-        f"the memory backend is unavailable, nothing was changed: {exc}",
+        f"the memory backend is unavailable, {said}: {exc}",
         headers={"Retry-After": "1"},
     )
 
@@ -241,8 +279,9 @@ _DOCS: dict[int, tuple[str, str, str]] = {
     422: ("invalid_input", "A field is invalid (named in `field`) or the body is not JSON.",
           "user_id: String should have at least 1 character"),
     503: ("store_unavailable",
-          "The durable tier failed (`store_unavailable`; nothing was changed), or the hot tier "
-          "did (`cache_unavailable`). Retry later.",
+          "The durable tier failed (`store_unavailable`; nothing was changed, unless `detail` "
+          "says it may have been saved), or the hot tier did (`cache_unavailable`). Retry "
+          "after Retry-After.",
           "the memory backend is unavailable, nothing was changed: …"),
 }  # fmt: skip
 

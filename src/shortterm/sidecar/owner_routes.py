@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
+from ..memory.engine.health import watching
 from ..memory.facade import Memory
 from ..model import Entry, ScopeKey
-from .errors import NotFound
+from .errors import NotFound, degraded_headers
 from .params import (
     ChannelFilter,
     ChannelId,
@@ -43,7 +44,7 @@ __all__ = ["OWNERS", "OWNER_ROUTES", "Owner", "OwnerRoute", "add_owner_routes"]
 Kind = Literal["server", "user"]
 Endpoint = Callable[..., Awaitable[Any]]
 # Which declared errors a route has: see the dictionaries build_router passes in.
-Errors = Literal["common", "with_missing", "with_body"]
+Errors = Literal["common", "with_missing", "with_body", "read", "read_missing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +117,14 @@ def _list_entries(memory: Memory, owner: Owner) -> Endpoint:
     kind = owner.kind
 
     async def endpoint(
-        owner_id: str, channel_id: ChannelFilter = None, persona_id: PersonaFilter = None
+        owner_id: str,
+        response: Response,
+        channel_id: ChannelFilter = None,
+        persona_id: PersonaFilter = None,
     ) -> EntriesOut:
-        found = await memory.owner_entries(kind, owner_id)
+        with watching() as seen:
+            found = await memory.owner_entries(kind, owner_id)
+        response.headers.update(degraded_headers(seen, memory.health.degraded) or {})
         picked = [
             e
             for e in found
@@ -135,10 +141,12 @@ def _get_entry(memory: Memory, owner: Owner) -> Endpoint:
     key_of = owner.key
 
     async def endpoint(
-        owner_id: str, channel_id: ChannelId, persona_id: PersonaQuery = None
+        owner_id: str, channel_id: ChannelId, response: Response, persona_id: PersonaQuery = None
     ) -> EntryOut:
         key = key_of(owner_id, channel_id, persona_id)
-        entry = await memory.get(key)
+        with watching() as seen:
+            entry = await memory.get(key)
+        response.headers.update(degraded_headers(seen, memory.health.degraded) or {})
         if entry is None:
             raise NotFound(
                 f"nothing is remembered for {key.kind} {key.owner_id!r} in channel "
@@ -221,7 +229,7 @@ OWNER_ROUTES: tuple[OwnerRoute, ...] = (
         "/entries",
         "list_{kind}_entries",
         "entries",
-        "common",
+        "read",
         {"server": "List a server's entries", "user": "List a user's entries"},
         _about(
             "Every live entry of {what}, optionally one channel's or one persona's, ordered by "
@@ -235,7 +243,7 @@ OWNER_ROUTES: tuple[OwnerRoute, ...] = (
         "/channels/{channel_id}/entry",
         "get_{kind}_entry",
         "entries",
-        "with_missing",
+        "read_missing",
         {"server": "Get a channel's shared entry", "user": "Get a user's entry in a channel"},
         _about(
             "What {what} remembers in one channel for one persona (`persona_id` omitted: the "

@@ -12,11 +12,19 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from ..memory.engine.health import watching
 from ..memory.facade import Memory
 from ..model.errors import InvalidInput
 from ..prompt.context import Context
 from ..prompt.inject import inject
-from .errors import CAPTURED_DOC, DEGRADED_HEADER, openapi_errors
+from .errors import (
+    CAPTURED_DOC,
+    DEGRADED,
+    READ_DOC,
+    STARTED_DOC,
+    degraded_headers,
+    openapi_errors,
+)
 from .owner_routes import add_owner_routes
 from .params import (
     AfterServer,
@@ -86,7 +94,7 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
     @turn_route(
         "/turns",
         status_code=201,
-        responses=with_body,
+        responses={**with_body, 201: STARTED_DOC},
         summary="Start a turn",
         response_model=TurnOut,
     )
@@ -96,12 +104,15 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         Returns the `turn_id` for the tool-call and capture routes, the context (items, nudge
         and depths; see the prompt-format document), the tool definitions in `tools_format`
         (empty when the turn may not use the tool) and whether the cadence asks for an update.
-        With `messages`, also that prompt with the memory spliced in.
+        With `messages`, also that prompt with the memory spliced in. With
+        `Shortterm-Degraded: store` the durable tier failed: the context was read from the hot
+        tier alone.
         """
         turn = memory.turn(**body.turn_kwargs())
         adding = turns.add(turn)  # a shared registry sends it with the context's first read
         try:
-            ctx = await turn.context(max_tokens=body.max_tokens)
+            with watching() as seen:
+                ctx = await turn.context(max_tokens=body.max_tokens)
             spliced = None if body.messages is None else _splice(body.messages, ctx, body)
             tools = turn.tools(body.tools_shape)
         except BaseException:
@@ -124,7 +135,12 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
         # dump and dump it again, three passes over a spliced prompt. Unset means "no
         # messages were asked for", so the field is left out rather than null.
         body_json = out.model_dump_json(exclude_unset=True)
-        return Response(body_json, status_code=201, media_type="application/json")
+        return Response(
+            body_json,
+            status_code=201,
+            media_type="application/json",
+            headers=degraded_headers(seen, memory.health.degraded),
+        )
 
     @turn_route(
         "/turns/{turn_id}/tool-calls",
@@ -175,9 +191,7 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
             await turns.give_back_capture(turn_id, claimed.token)
             raise
         # Said to the caller that made it, not only in /healthz and the metrics.
-        return Response(
-            status_code=204, headers={DEGRADED_HEADER: "store"} if captured.degraded else None
-        )
+        return Response(status_code=204, headers=DEGRADED if captured.degraded else None)
 
     # -- entries and settings ----------------------------------------------------------------
 
@@ -194,7 +208,14 @@ def build_router(memory: Memory, turns: Turns, settings: SidecarSettings) -> API
     add_owner_routes(
         router,
         memory,
-        {"common": common, "with_missing": with_missing, "with_body": with_body},
+        {
+            "common": common,
+            "with_missing": with_missing,
+            "with_body": with_body,
+            # Entry reads: from the hot tier alone while the durable tier fails, saying so.
+            "read": {**common, 200: READ_DOC},
+            "read_missing": {**with_missing, 200: READ_DOC},
+        },
     )
 
     # -- deletion ----------------------------------------------------------------------------

@@ -298,33 +298,70 @@ def server_hint(exc: psycopg.Error, *, pooled: bool) -> str:
     return "" if pooled else pooler_hint(exc)
 
 
+# A server at its connection limit is busy, not down: a connection the pool holds may come
+# back to a waiting request. libpq reports a refused login as text (no SQLSTATE), so by its
+# words: "too many clients already", "too many connections for role …", "remaining connection
+# slots are reserved …".
+_BUSY_WORDS = re.compile(
+    r"too many (clients|connections)|remaining connection slots are reserved", re.IGNORECASE
+)
+
+
 class PoolWatch:
-    """What the pool met lately, for the error of a wait that timed out and for readiness.
+    """What the pool met lately: for the error of a wait that timed out, for readiness, and
+    whether the server is down.
 
     The pool retries a refused connection in the background and only logs the server's
     words; a caller waiting for a connection learns "couldn't get a connection". This keeps
     the newest refusal (until a connection succeeds again) and the newest wait that timed out
-    (until a wait that began after it is served: the pool serves again)."""
+    (until a wait that began after it is served: the pool serves again). ``down``: the newest
+    connection attempt failed, for another reason than the server's connection limit (the
+    server is restarting, gone, failing over): requests then stop waiting for the pool (see
+    ``pooled.UNREACHABLE_WAIT_S``); the first attempt that succeeds ends it."""
 
     def __init__(self) -> None:
         self.refused: str | None = None
+        self.down = False
         self.trouble: str | None = None
         self._trouble_at = -float("inf")  # monotonic: when the newest wait timed out
+        # The waits for a pooled connection under way, by their timeouts: an attempt that
+        # fails while they wait ends them.
+        self._waits: set[asyncio.Timeout] = set()
 
     def connect_failed(self, exc: psycopg.OperationalError) -> None:
         self.refused = "; ".join(_reasons(exc)) or " ".join(str(exc).split())
+        if _BUSY_WORDS.search(self.refused):
+            return
+        self.down = True
+        # The server has just refused a connection: no wait under way will be served by it.
+        now = asyncio.get_running_loop().time()
+        for timeout in self._waits:
+            _bring_forward(timeout, now)
 
     def connected(self) -> None:
         self.refused = None
+        self.down = False
+
+    def waiting(self, timeout: asyncio.Timeout) -> None:
+        """A wait for a pooled connection, bounded by ``timeout``, begins."""
+        self._waits.add(timeout)
 
     def timed_out(self, message: str) -> None:
         self.trouble = message
         self._trouble_at = time.monotonic()
 
-    def served(self, waited_from: float) -> None:
-        """A wait that began at ``waited_from`` (monotonic) got its connection."""
-        if waited_from > self._trouble_at:
+    def served(self, timeout: asyncio.Timeout, waited_from: float | None = None) -> None:
+        """The wait bounded by ``timeout`` ended; ``waited_from``: it began then (monotonic)
+        and got its connection."""
+        self._waits.discard(timeout)
+        if waited_from is not None and waited_from > self._trouble_at:
             self.trouble = None
+
+
+def _bring_forward(timeout: asyncio.Timeout, when: float) -> None:
+    deadline = timeout.when()
+    if not timeout.expired() and (deadline is None or when < deadline):
+        timeout.reschedule(when)
 
 
 def watched_connection(watch: PoolWatch) -> type[Conn]:

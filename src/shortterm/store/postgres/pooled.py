@@ -22,7 +22,20 @@ from . import journal, sql
 from .connection import Conn, Pool, PoolWatch, first_contact, recheck, server_hint
 from .layout import Layout
 
-__all__ = ["Pooled"]
+__all__ = ["UNREACHABLE_WAIT_S", "Pooled"]
+
+# While the server is down (the pool's newest connection attempt failed: a restart, a crash,
+# a failover), a request does not wait for a pooled connection: the pool waits out psycopg's
+# back-off between its attempts (1 s, then 2 s), and every request would wait for it, or for
+# pool_timeout_s, or for the whole outage. Instead a request connects on its own (at most
+# pool_max_size such connections at once, each closed after its operation) within this many
+# seconds, or fails (``StoreUnavailable``, nothing sent): at once when the server refuses. So a
+# request started during an outage answers within about this much, degraded or 503, and the
+# first one after the server is back is served; a connection of its own also wakes the pool,
+# and once the pool connects again, requests use it. A wait for the pool already under way ends
+# when an attempt fails. A busy pool (the server up, or at its connection limit) is waited for
+# as before, and statements keep operation_timeout_s.
+UNREACHABLE_WAIT_S = 0.5
 
 
 class Pooled:
@@ -72,6 +85,9 @@ class Pooled:
         self.watch = watch if watch is not None else PoolWatch()  # also read for readiness
         self._opened = False
         self._closed = False
+        # Connections of the requests' own while the server is down (see UNREACHABLE_WAIT_S):
+        # at most as many as the pool's.
+        self._own_slots = asyncio.Semaphore(pool.max_size)
         self.layout = layout = Layout.of(schema)
         self.listener = journal.JournalListener(
             pool,
@@ -88,18 +104,28 @@ class Pooled:
             raise StoreUnavailable("PostgreSQL store is closed")
         sent = False  # once the caller has the connection, a failure is ambiguous
         waiting: tuple[float, float, str] | None = None  # a pool wait: since, bound, its name
+        watch = self.watch
         try:
             # The bound covers the caller's statements too: they run while we are suspended
             # at the yield, in the same task.
             async with asyncio.timeout(self.operation_timeout_s) as bound:
                 if not self._opened and self._owns_pool:
                     await self._open(what)
+                if watch.down:
+                    async with self._own(what) as own:  # see UNREACHABLE_WAIT_S
+                        sent = True
+                        yield own
+                    return
                 waiting = self._wait_bound(bound)
-                async with self.pool.connection(timeout=waiting[1]) as conn:
-                    self.watch.served(waiting[0])
-                    waiting = None
-                    sent = True
-                    yield conn
+                watch.waiting(bound)  # an attempt that fails meanwhile ends the wait
+                try:
+                    async with self.pool.connection(timeout=waiting[1]) as conn:
+                        watch.served(bound, waiting[0])
+                        waiting = None
+                        sent = True
+                        yield conn
+                finally:
+                    watch.served(bound)
         except TimeoutError as exc:
             if waiting is not None:
                 raise self._exhausted(what, waiting[2]) from exc
@@ -118,6 +144,43 @@ class Pooled:
                 f"PostgreSQL {what} failed: {exc}{hint}",
                 maybe_applied=sent and not isinstance(exc, psycopg.errors.IntegrityError),
             ) from exc
+
+    @asynccontextmanager
+    async def _own(self, what: str) -> AsyncIterator[Conn]:
+        """While the server is down: a connection of this request's own, made within
+        ``UNREACHABLE_WAIT_S`` (a free slot included), closed after it; else
+        ``StoreUnavailable``. Made like the pool's, but not counted as the pool's: ``down``
+        ends when the pool connects again, which a success here asks it to do now."""
+        pool = self.pool
+        conninfo, kwargs = pool.conninfo, pool.kwargs
+        if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+            raise self._unreachable(what)  # computed per connection: the pool's alone
+        try:
+            async with asyncio.timeout(UNREACHABLE_WAIT_S):
+                await self._own_slots.acquire()
+                try:
+                    conn = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
+                except BaseException:
+                    self._own_slots.release()
+                    raise
+        except (psycopg.OperationalError, TimeoutError) as exc:
+            raise self._unreachable(what) from exc
+        try:
+            await recheck(pool)  # the pool may be waiting out its back-off, or idle
+            yield conn
+        finally:
+            try:
+                await conn.close()
+            finally:
+                self._own_slots.release()
+
+    def _unreachable(self, what: str) -> StoreUnavailable:
+        message = (
+            f"PostgreSQL {what}: the server is unreachable (the pool goes on reconnecting; "
+            f"nothing was sent): {self.watch.refused}"
+        )
+        self.watch.timed_out(message)
+        return StoreUnavailable(message, maybe_applied=False)
 
     async def read(self, what: str, query: str, params: Sequence[object]) -> list[Any]:
         """The rows of a read. A read changes nothing, so one that met a dropped connection is
@@ -169,7 +232,9 @@ class Pooled:
     def _exhausted(self, what: str, name: str) -> StoreUnavailable:
         """The error of a wait for a pooled connection that outlasted its bound, with the
         server's refusal when a connection attempt met one; kept for readiness. ``name``:
-        the bound that ended it."""
+        the bound that ended it, unless an attempt failed meanwhile (the server is down)."""
+        if self.watch.down:
+            return self._unreachable(what)
         bound_s = self.pool.timeout if name == "pool_timeout_s" else self.operation_timeout_s
         message = (
             f"PostgreSQL {what}: no connection free within {bound_s:g} s ({name}): the pool "
