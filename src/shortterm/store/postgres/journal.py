@@ -142,6 +142,9 @@ class JournalListener:
         self._task: asyncio.Task[None] | None = None
         self._conn: Conn | None = None  # the listening connection, while one is open
         self._announced = False  # a change was heard since the last call of moved()
+        # Entries' NOTIFYs heard since then that may yet turn out ours: the notification can
+        # arrive before the writing statement's answer, so before own() names the entry.
+        self._heard: dict[str, None] = {}
         self._proved_until = -math.inf  # monotonic: when the last proof was sent + timeout_s
         self._head: int | None = None  # the journal's end at the last heartbeat
         self._own: dict[str, None] = {}  # payloads of our own entries (see own()), oldest first
@@ -154,8 +157,9 @@ class JournalListener:
         connection has not proved itself alive within ``timeout_s`` (not listening yet,
         reconnecting, silently dead, or this process was paused). Starts listening on the
         first call. Alive and nothing announced: one flag read and one clock read."""
-        if self._announced:
+        if self._announced or self._heard:
             self._announced = False
+            self._heard.clear()
             return True
         if _monotonic() < self._proved_until:
             return False
@@ -170,8 +174,11 @@ class JournalListener:
         NOTIFY, and a heartbeat that finds it the journal's end, announce nothing. Every
         other process's entry comes with a NOTIFY of its own, so nothing else is missed."""
         payload = str(seq)
-        self._own[payload] = None
         self._own_last = payload
+        if payload in self._heard:  # heard before we knew it was ours (see _heard)
+            del self._heard[payload]
+            return
+        self._own[payload] = None
         if len(self._own) > _OWN_KEPT:
             del self._own[next(iter(self._own))]
 
@@ -229,6 +236,8 @@ class JournalListener:
         async for note in conn.notifies(timeout=self._timeout_s / 3):
             if note.payload in self._own:
                 del self._own[note.payload]
+            elif note.payload and len(self._heard) < _OWN_KEPT:
+                self._heard[note.payload] = None
             else:
                 self._announced = True
 
