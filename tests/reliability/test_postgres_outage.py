@@ -158,9 +158,9 @@ CAPTURE = {
 }
 
 
-async def _timed(log: Log, what: str, request: Any, began: float | None = None) -> httpx.Response:
-    """``request`` awaited and logged; ``began``: when the call began (its turn start)."""
-    began = time.monotonic() if began is None else began
+async def _timed(log: Log, what: str, request: Any) -> Seen:
+    """``request`` awaited and logged."""
+    began = time.monotonic()
     answer: httpx.Response = await request
     body: Any = None
     if answer.headers.get("content-type", "").startswith("application/json"):
@@ -517,12 +517,12 @@ async def test_the_store_waits_for_a_busy_pool_and_not_for_a_server_that_is_down
         await asyncio.to_thread(node.stop, "fast")
         for attempt in range(3):
             for call in (
-                store.journal_head(),
-                store.forget_channel("c1", now=time.time()),
+                store.journal_head,
+                lambda: store.forget_channel("c1", now=time.time()),
             ):
                 began = time.monotonic()
                 with pytest.raises(StoreUnavailable) as caught:
-                    await call
+                    await call()
                 took = time.monotonic() - began
                 assert took < UNREACHABLE_WAIT_S, (attempt, took, caught.value)
                 if attempt:  # the first read may meet the dropped connection instead

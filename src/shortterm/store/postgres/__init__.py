@@ -28,6 +28,9 @@ A wait for a pooled connection ends after ``pool_timeout_s``, or sooner when
 ``operation_timeout_s`` would: ``StoreUnavailable`` naming the pool, its ``pool_max_size`` and
 the server's refusal when a connection attempt met one (``too many clients already``); the
 store's ``pool_trouble`` keeps it for ``/readyz`` until a wait begun after it is served.
+While the server is down (the pool's newest connection attempt failed: a restart, a crash, a
+failover), an operation does not wait for the pool at all: it connects on its own within 0.5 s
+or fails at once (see ``pooled.UNREACHABLE_WAIT_S``), so no call waits out an outage.
 Before the pool first opens, one direct connection is tried: an address that refuses
 connections, or a host name that does not resolve, fails at once naming ``host:port``; a server
 that refuses the login for good (no such role or database, authentication failed) fails at once
