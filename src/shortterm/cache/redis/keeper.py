@@ -11,7 +11,8 @@
   silence.
 
 A repair runs as a task of the tier's, one at a time in a process: the calls that need one
-start it or join the one running, and wait for it at most ``REPAIR_WAIT_S`` after it began.
+start it or ask the one running for another pass, and wait at most ``REPAIR_WAIT_S`` for a
+pass that began after they asked (not for the task to end: it goes on while forgets come).
 A repair still running then (Redis lost many forgets: a replay of 100,000 takes seconds)
 goes on in the background while calls answer: reads serve nothing from the groups still
 short, and a capture into one raises ``CacheUnavailable`` (its durable part is written;
@@ -23,6 +24,7 @@ tier never repaired only notes the group as due.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from contextvars import Context
@@ -54,8 +56,16 @@ class Keeper:
         self._token = token  # the tier's: it names this process's claims on a reset
         self.journal: JournalReader | None = None  # the tier's last repair's
         self._task: asyncio.Task[int] | None = None
-        self._until = 0.0  # when calls stop waiting for the running task (the loop's clock)
         self._to = 0  # the highest ``to`` asked of the running task
+        # Asks, numbered; a pass of the task serves every ask made before it began. A call
+        # waits for a pass that began after it asked (so it saw the groups as they are now,
+        # and covered what the call knows was forgotten), not for the task to end: while
+        # forgets keep coming, the task keeps going, and a call would wait for all of them.
+        self._asked = 0
+        self._served = 0  # the newest ask a pass that succeeded served
+        self._highest = 0  # the highest mark that pass left
+        self._passed = asyncio.Event()  # set at the end of each pass, then replaced
+        self._told = False  # the background warning was logged for the running task
 
     @property
     def running(self) -> bool:
@@ -63,47 +73,64 @@ class Keeper:
 
     async def repair(self, now: float, to: int = 0) -> int:
         """Bring every group's mark up to what this process knows was forgotten (or ``to``):
-        start the repair, or join the one running, and wait for it until ``REPAIR_WAIT_S``
-        after it began. Returns its highest mark (see :func:`.repair.repair`), or 0 while it
-        goes on in the background or when it failed (logged; tried again at the next call
-        that finds a group short)."""
+        start the repair, or ask the one running for another pass, and wait for a pass that
+        began after this call asked, at most ``REPAIR_WAIT_S``. Returns the highest mark
+        that pass left (see :func:`.repair.repair`), or 0 while the repair goes on in the
+        background or when it failed (logged; tried again at the next call that finds a
+        group short)."""
+        return await self._wait(now, to) or 0
+
+    async def _wait(self, now: float, to: int) -> int | None:
+        """The highest mark of a pass that began after this call asked, or ``None``."""
         journal = self.journal
         if journal is None:
-            return 0
+            return None
         self._to = max(self._to, to)
+        self._asked += 1
+        ask = self._asked
         loop = asyncio.get_running_loop()
         task = self._task
         if task is None or task.done():
-            self._until = loop.time() + REPAIR_WAIT_S
+            self._told = False
             # A context of its own: it outlives the call that started it, whose per-call
             # state (a failure met earlier in the call) is not its own.
             run = self._run(journal, now)
             task = loop.create_task(run, name="shortterm-redis-repair", context=Context())
             self._task = task
             task.add_done_callback(_reported)
-        left = self._until - loop.time()
-        if left > 0:
-            try:
-                return await asyncio.wait_for(asyncio.shield(task), left)
-            except TimeoutError:
-                pass
-        if self._until > 0:
-            self._until = 0.0  # said once per repair
-            log.warning(
-                "shortterm Redis repair goes on in the background: Redis lost forgets it "
-                "had applied (a restart from an older snapshot, a promoted replica); until "
-                "they are replayed, the groups short of them serve nothing and refuse captures"
-            )
-        return 0
+        deadline = loop.time() + REPAIR_WAIT_S
+        while self._served < ask:
+            if task.done():
+                return None  # it failed (logged)
+            passed = self._passed
+            left = deadline - loop.time()
+            if left <= 0:
+                if not self._told:
+                    self._told = True  # said once per repair
+                    log.warning(
+                        "shortterm Redis repair goes on in the background: Redis lost forgets "
+                        "it had applied (a restart from an older snapshot, a promoted "
+                        "replica); until they are replayed, the groups short of them serve "
+                        "nothing and refuse captures"
+                    )
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(passed.wait(), left)
+        return self._highest
 
     async def _run(self, journal: JournalReader, now: float) -> int:
+        """Passes until one began after the last ask: each brings every group up to the
+        highest ``to`` asked (and what the process knows) when it began."""
         highest = 0
         try:
             while True:
-                to = self._to
+                serves, to = self._asked, self._to
                 mark = await redis_repair.repair(self._g, journal, self._token, now, to)
                 highest = max(highest, mark)
-                if self._to <= to:  # else a call asked for more meanwhile
+                if not self._g.marks.due:  # every group vouches: the asks before it are served
+                    self._served, self._highest = serves, mark
+                self._pass_ended()
+                if self._asked == serves:  # no call asked meanwhile
                     return highest
         except StoreUnavailable as exc:
             self._g.marks.due = True
@@ -113,6 +140,12 @@ class Keeper:
                 exc,
             )
             return 0
+        finally:
+            self._pass_ended()
+
+    def _pass_ended(self) -> None:
+        passed, self._passed = self._passed, asyncio.Event()
+        passed.set()
 
     async def close(self) -> None:
         task = self._task
@@ -121,12 +154,13 @@ class Keeper:
             await asyncio.wait([task])
 
     async def mend(self, now: float) -> bool:
-        """Repair now what a reply showed short; whether every group vouches again."""
+        """Repair now what a reply showed short; whether every group vouches again (a pass
+        that began after this call succeeded)."""
         if self.journal is None:
             return False
-        if self._g.marks.due:  # else a repair of ours finished meanwhile
-            await self.repair(now)
-        return not self._g.marks.due
+        if not self._g.marks.due:  # a repair of ours finished meanwhile
+            return True
+        return await self._wait(now, 0) is not None
 
     async def vouch(self, groups: Sequence[int], position: int, attempt: int, now: float) -> str:
         """After a write at ``position`` was refused in ``groups`` (``-2``) on its try

@@ -54,7 +54,7 @@ class Writes:
             dumps(now),
             str(len(scopes)),
             "" if append is None else str(append),
-            str(self.g.marks.known),  # a group short of it refuses the write (see unvouched)
+            _vouch_level(self.g.marks.known, fence),  # a group short of it refuses the write
         ]
         keys = self.g.declared(group)
         for key, messages, row in scopes:
@@ -128,7 +128,7 @@ class Writes:
             self.margin_ms,
             "" if fence is None else str(fence.position),
             targets,
-            str(self.g.marks.known),
+            _vouch_level(self.g.marks.known, fence),
         ]
         keys = self.g.declared(group, layout.record(key, name), owner_index, channel_index)
         self.g.eval(pipe, APPLY, keys, args)
@@ -236,3 +236,12 @@ class Sender:
             if await self.keeper.vouch(groups, fence.position, attempt, now) != "again":
                 break
             pending = refused
+
+
+def _vouch_level(known: int, fence: WriteFence | None) -> str:
+    """The mark a group needs to take a write (``unvouched`` in prelude.lua): the newest
+    forget the process knows *up to the write's position*. A group short of it went back in
+    time past what the write saw forgotten (the records those forgets evicted may be back);
+    forgets after the position are the fence's, not the mark's: asking for them too would
+    refuse a write again and again while forgets keep coming elsewhere."""
+    return str(known if fence is None else min(known, fence.position))
