@@ -4,9 +4,9 @@ dead replica claimed still lands; an update it guarded lands exactly once (each 
 written once, one journal edit per scope). While the dead replica's claim is live, the retry is
 answered 409 ``turn_busy`` with ``Retry-After``, naming another replica as the holder.
 
-A claim is a lease of one durable operation and one Redis call at their bounds: the dying
-replicas run with short ones (``operation_timeout_s=0.4``, ``socket_timeout=0.2``), so a lease
-lasts 0.6 s; the survivor keeps the defaults. A fresh dying replica is started for every round
+A claim is a lease of one durable operation and one Redis call at their bounds (40.2 s by
+default): the dying replicas take theirs for 0.6 s (``lease_replica.py``), every other bound of
+theirs and the survivor's kept at its default. A fresh dying replica is started for every round
 while the previous round runs (a start costs about 0.6 s here). ``-s`` prints how the rounds
 ended.
 """
@@ -17,10 +17,12 @@ import asyncio
 import os
 import random
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,15 +31,15 @@ import psycopg
 import pytest
 
 from shortterm.tool import texts
-from tests.sidecar.live import SHORTTERM, sidecar_process
-from tests.support import with_query
+from tests.sidecar.live import sidecar_process
 
 ROUNDS = 15
 KILL_WITHIN_S = 0.020
-LEASE_S = 0.4 + 0.2  # the dying replicas' operation_timeout_s + their Redis call bound
+LEASE_S = 0.6  # the dying replicas' claims (lease_replica.py)
 PATIENCE_S = 5.0  # how long a retry answered 409 is repeated
 POLL_S = 0.05  # sooner than Retry-After (whole seconds) says: a round stays short
 SEED = 7301
+ROOT = Path(__file__).resolve().parents[2]
 
 START = {"user_id": "111", "server_id": "333", "bot_name": "Tomo"}
 CAPTURE = {
@@ -48,16 +50,19 @@ KEPT = ["Saturday?", "Ridge trail at 8."]
 
 
 class Replica:
-    """``shortterm serve`` as a process of ours, to be SIGKILLed; starting from construction."""
+    """``shortterm serve`` as a process of ours, its claims lasting LEASE_S, to be SIGKILLed;
+    starting from construction."""
 
     def __init__(self, store: str, cache: str) -> None:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("SHORTTERM_")}
+        serve = ["serve", "--port", "0", "--store", store, "--cache", cache]
         self.proc = subprocess.Popen(
-            [str(SHORTTERM), "serve", "--port", "0", "--store", store, "--cache", cache],
+            [sys.executable, "-m", "tests.reliability.lease_replica", str(LEASE_S), *serve],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             env=clean,
+            cwd=ROOT,
         )
 
     def url(self) -> str:
@@ -71,15 +76,16 @@ class Replica:
         raise AssertionError("the replica did not start:\n" + "".join(seen))
 
     def kill(self) -> None:
-        self.proc.kill()  # SIGKILL: no cleanup of any kind
+        """SIGKILL (no cleanup of any kind), then reap it and close its pipe; again: nothing."""
+        self.proc.kill()
         self.proc.wait(10)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 
 
 class Shared(NamedTuple):
-    survivor: str  # replica B's URL (default bounds)
-    store: str  # the dying replicas' URLs (short bounds)
+    survivor: str  # replica B's URL
+    store: str
     cache: str
     schema: str  # for reading PostgreSQL directly
 
@@ -115,24 +121,31 @@ class Tally:
 def shared(scale_urls: tuple[str, str]) -> Iterator[Shared]:
     store, cache = scale_urls
     schema = parse_qs(urlsplit(store).query)["schema"][0]
-    short_store = with_query(store, operation_timeout_s=0.4)
-    short_cache = with_query(cache, socket_timeout=0.2, retries=0)
-    with sidecar_process(store, cache) as b:  # migrates the schema before the short bounds
-        yield Shared(b, short_store, short_cache, schema)
+    with sidecar_process(store, cache) as b:  # migrates the schema
+        yield Shared(b, store, cache, schema)
 
 
 async def dying(shared: Shared) -> AsyncIterator[tuple[Round, Replica, str]]:
     """Per round: a fresh replica and its URL, the next one starting while this round runs."""
     rng = random.Random(SEED)
-    spare = Replica(shared.store, shared.cache)
+    replicas: list[Replica] = []
+
+    def started() -> Replica:
+        replicas.append(Replica(shared.store, shared.cache))
+        return replicas[-1]
+
     try:
+        spare = started()
         for number in range(1, ROUNDS + 1):
-            current, spare = spare, Replica(shared.store, shared.cache)
+            current, spare = spare, started()
             round_ = Round(number, rng.uniform(0, KILL_WITHIN_S))
             yield round_, current, await asyncio.to_thread(current.url)
             current.kill()
     finally:
-        spare.kill()
+        # Every one, also a replica that failed to start: left to the garbage collector, its
+        # process and its stderr pipe made a later test fail (an unclosed file's warning).
+        for replica in replicas:
+            replica.kill()
 
 
 async def start_turn(client: httpx.AsyncClient, channel: str) -> str:

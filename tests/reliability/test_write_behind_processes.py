@@ -4,8 +4,10 @@ A bot process captures in one channel with the write-behind on while this test c
 channel again and again through the CLI (``python -m shortterm.cli clear channel``), another
 process. After the last clear returned, the bot's later flushes must never bring back what it
 covered: once the bot closed (its last flush), the channel's durable counter counts exactly the
-captures whose fence position is at or after the last clear's journal entry. An unfenced flush
-(``unfenced``, a deliberate break) counts steps of captures the clear covered.
+captures whose fence position is at or after the last clear's journal entry. The last clear
+lands while one of the bot's captures is held unflushed (see write_behind_bot.py), so there is
+always a step it must refuse: an unfenced flush (``unfenced``, a deliberate break) counts it, in
+every run.
 
 A SIGKILL with buffered touches: every acknowledged tool call survives, and at most the
 buffered captures' counter steps (one turn bound's worth) are lost.
@@ -21,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,17 @@ class Bot:
     def lines(self) -> list[str]:
         return self.out.read_text().splitlines()
 
+    def wait_for(self, seen: Callable[[list[str]], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while not seen(self.lines()):
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.lines()[-5:]
+            time.sleep(0.01)
+
+
+def _positions(lines: list[str]) -> list[int]:
+    """The fence positions of the bot's captures, in order."""
+    return [int(x.split()[1]) for x in lines if x.startswith("capture")]
+
 
 def durable(db: Path) -> tuple[int | None, int]:
     """The live scope's durable counter (None: no row) and the journal's last sequence."""
@@ -88,19 +102,25 @@ def run_clears(db: Path, clears: int, *extra: str) -> tuple[int, int, int]:
     # A long window and bound: the bot's buffer holds many captures when a clear lands.
     bot = Bot(db, "capture", 30, 64, *extra)
     rng = random.Random(11)
-    last_seq = 0
+    hold = Path(f"{db}.hold")
     try:
-        for _ in range(clears):
+        for _ in range(clears - 1):
             time.sleep(rng.uniform(0.02, 0.08))
             clear_channel(url)
-            last_seq = durable(db)[1]
-        time.sleep(0.05)  # the bot captures on, after the last clear too
+        hold.touch()  # the last clear lands between a capture and its flush
+        bot.wait_for(lambda lines: "held" in lines)
+        clear_channel(url)
+        last_seq = durable(db)[1]
+        hold.unlink()
+        # The bot captures on after the last clear too: one such capture at least.
+        bot.wait_for(lambda lines: any(p >= last_seq for p in _positions(lines)))
     finally:
         Path(f"{db}.stop").touch()
+        hold.unlink(missing_ok=True)
         bot.proc.wait(timeout=60)
     lines = bot.lines()
     assert lines and lines[-1] == "closed", (bot.proc.returncode, lines[-5:])
-    positions = [int(x.split()[1]) for x in lines if x.startswith("capture")]
+    positions = _positions(lines)
     after = sum(p >= last_seq for p in positions)
     counter, _ = durable(db)
     return counter or 0, after, len(positions) - after

@@ -4,7 +4,10 @@
 
 ``capture`` mode: captures in channel ``c`` (user ``u``, server ``g``) until the file
 ``STORE_PATH.stop`` exists, printing each capture's fence position once it returned, then
-closes (its last flush) and prints ``closed``. ``tool`` mode: the same, with a tool call every
+closes (its last flush) and prints ``closed``. When ``STORE_PATH.hold`` appears, its next
+capture is held unflushed: it prints ``held`` after it and stops everything (its event loop
+blocked, so no flush can run) until the file is gone, so that a clear the test makes meanwhile
+certainly lands between a capture and its flush. ``tool`` mode: the same, with a tool call every
 fifth turn, printing ``tool N`` once it was acknowledged (the crash test kills it). ``unfenced``
 is a deliberate break (the flush skips the fence check), to show the tests catch one.
 """
@@ -15,6 +18,7 @@ import asyncio
 import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,8 @@ def break_the_fence() -> None:
 
 async def main(url: str, mode: str, window_ms: int, turns: int) -> None:
     stop = Path(url.removeprefix("sqlite:///") + ".stop")
+    hold = Path(url.removeprefix("sqlite:///") + ".hold")
+    held = False
     config = shortterm.Config(
         sweep_interval_s=0, write_behind_ms=window_ms, write_behind_turns=turns
     )
@@ -62,11 +68,19 @@ async def main(url: str, mode: str, window_ms: int, turns: int) -> None:
                 if result.ok:
                     print(f"tool {i}", flush=True)
             else:
+                holding = not held and hold.exists()  # noqa: ASYNC240 (as above)
+                if holding and memory.write_behind is not None:
+                    await memory.write_behind.flush()  # the held capture alone is buffered
                 positions.clear()
                 await turn.capture(
                     history=[Message("user", f"m{i}", author_id="u")], replies=[Reply("ok")]
                 )
                 print(f"capture {positions[0]}", flush=True)
+                if holding:
+                    held = True
+                    print("held", flush=True)
+                    while hold.exists():  # noqa: ASYNC240 (blocking on purpose: no flush runs)
+                        time.sleep(0.005)  # noqa: ASYNC251
             i += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.random() * 0.003)
