@@ -154,7 +154,11 @@ async def test_a_clear_is_never_undone_by_a_write_in_flight(b: Backends) -> None
         f"\n{b.store.split(':')[0]}+{b.cache.split(':')[0]}: {ROUNDS} rounds, {doomed} writes "
         f"in flight when their clear began, {bad} rounds with a resurrection"
     )
-    assert doomed > ROUNDS  # most rounds had writes in flight when their clear started
+    # The race was run, not skipped: writes were in flight when clears began (one per round
+    # on a quiet machine and more, half that beside other busy processes, which space the
+    # writes' starts out; test_the_race_finds_a_disabled_fence shows the same race catches a
+    # fence that does nothing).
+    assert doomed > ROUNDS // 2
     assert bad == 0
 
 
