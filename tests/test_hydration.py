@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+
 import shortterm
 from shortterm import Config, Message, Reply, ScopeKey
+from shortterm.cache.inprocess import InProcessCache
 from shortterm.store.sqlite import SQLiteStore
 from tests.support import FakeClock
 
@@ -141,3 +144,28 @@ async def test_memory_store_forgets_on_close(clock: FakeClock) -> None:
         assert await memory.get(ScopeKey.server(G, C, P)) is not None
     async with shortterm.open(store="memory://", clock=clock, config=cfg()) as memory:
         assert await memory.get(ScopeKey.server(G, C, P)) is None
+
+
+async def test_the_loaded_rows_skip_the_young_collections(db_url: str, clock: FakeClock) -> None:
+    """What the open loaded goes straight to the collector's oldest generation: no young
+    collection walks a million records after the load. An application's own frozen objects
+    stay frozen."""
+    async with shortterm.open(store=db_url, clock=clock, config=cfg()) as memory:
+        for i in range(30):
+            await memory.set_summary(ScopeKey.server(G, f"c{i}"), f"summary {i}")
+    async with shortterm.open(store=db_url, clock=clock, config=cfg()) as memory:
+        cache = memory.cache
+        assert isinstance(cache, InProcessCache)
+        records = {id(rec) for rec in cache._entries.values()}
+        assert len(records) == 30
+        oldest = {id(o) for o in gc.get_objects(generation=2)}
+        assert records <= oldest
+        assert gc.get_freeze_count() == 0
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        async with shortterm.open(store=db_url, clock=clock, config=cfg()) as memory:
+            assert memory.stats()["hydrated_rows"] == 30
+            assert gc.get_freeze_count() > frozen // 2  # not handed back by the load
+    finally:
+        gc.unfreeze()

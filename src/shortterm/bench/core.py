@@ -266,8 +266,8 @@ def memory_turn_key(t: dict[str, Any]) -> ScopeKey:
     return ScopeKey.server(t["server_id"], t["channel_id"], t["persona_id"])
 
 
-async def measure_hydration(rows: int, tmp: Path) -> tuple[float, int]:
-    """Write `rows` live summary rows straight into SQLite, then time open() + hydration."""
+async def write_hydration_rows(rows: int, tmp: Path) -> Path:
+    """A migrated SQLite file holding ``rows`` live summary rows, written straight in."""
     path = tmp / f"hydrate-{rows}.db"
     store = SQLiteStore(path)
     await store.migrate()
@@ -282,6 +282,14 @@ async def measure_hydration(rows: int, tmp: Path) -> tuple[float, int]:
     )
     db.commit()
     db.close()
+    return path
+
+
+async def measure_hydration(rows: int, tmp: Path, path: Path | None = None) -> tuple[float, int]:
+    """Time open() + hydration of `rows` live summary rows (written first unless `path`
+    holds them already)."""
+    if path is None:
+        path = await write_hydration_rows(rows, tmp)
     cache = InProcessCache(
         crude_ttl_s=43200, summary_ttl_s=86400, max_entries=rows * 2, max_bytes=1 << 40
     )

@@ -8,7 +8,6 @@ the operations check in the same step as their write.
 from __future__ import annotations
 
 import heapq
-import sys
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -25,6 +24,7 @@ from ..model.fence import (
 )
 from ..model.rows import HydrationRow, hydration_scope_row
 from .base import HotTier, JournalReader
+from .inprocess_hydration import hydration_keys, insert_new
 from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
 from .inprocess_records import channel_keys as _channel_keys
 
@@ -267,17 +267,27 @@ class InProcessCache(RecordBook, HotTier):
         no row, key or meta object built per row and thrown away."""
         if fence is not None and self._tomb_head > fence.position:
             rows = [r for r in rows if not self._covered_row(r, fence)]
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        kts = hydration_keys(columns)
+        fresh = set(kts)  # isdisjoint walks the smaller side: nothing, on an empty tier
+        if len(fresh) == len(kts) and self._entries.keys().isdisjoint(fresh):
+            insert_new(self, kts, columns, self._metas, now)  # the open: every key is new
+        else:
+            self._hydrate_each(rows, kts, now)
+        if len(self._metas) > 65536:
+            self._metas.clear()  # only shares objects; a later batch simply builds them again
+        self._enforce_bounds(kts[-1])
+
+    def _hydrate_each(self, rows: Sequence[HydrationRow], kts: list[KeyTuple], now: float) -> None:
+        """The row-by-row load, for a batch that meets records the tier holds already (a
+        reload after a journal gap): in the rows' order, a newer revision refreshes."""
         entries, metas = self._entries, self._metas
-        insert, reschedule = self._insert, self._reschedule
         pending: list[HeapItem] = []
-        intern = sys.intern
-        kt: KeyTuple | None = None
-        for r in rows:
-            # The cursor gives each row fresh copies of ids that repeat across many rows.
-            kind, owner = intern(r[0]), intern(r[1])
-            kt = (kind, owner, r[2], r[3] if r[3] is None else intern(r[3]))
+        for r, kt in zip(rows, kts, strict=True):
             rec = entries.get(kt)
-            if rec is not None:  # rare at open: the general path, in the rows' order
+            if rec is not None:
                 if r[15] > rec.revision:
                     self._refresh(kt, rec, hydration_scope_row(r), now, pending)
                 continue
@@ -286,13 +296,9 @@ class InProcessCache(RecordBook, HotTier):
             if meta is None:
                 meta = metas[parts] = ScopeMeta(r[4], r[5], r[6], r[7], bool(r[8]), r[9])
             rec = Record(kt, meta, r[10], r[11], r[12] or NO_CATEGORIES, r[13], r[14], r[15], now)
-            insert(kt, rec)
-            reschedule(kt, rec, pending)
-        if len(metas) > 65536:
-            metas.clear()  # only shares objects; a later batch simply builds them again
+            self._insert(kt, rec)
+            self._reschedule(kt, rec, pending)
         self._push(pending)
-        if kt is not None:
-            self._enforce_bounds(kt)
 
     def _covered_row(self, r: HydrationRow, fence: WriteFence) -> bool:
         key = ScopeKey._unchecked(r[0], r[1], r[2], r[3])  # type: ignore[arg-type]

@@ -42,8 +42,21 @@ async def hydrate(tiers: Tiers, config: Config, fence: WriteFence, now: float) -
                 rows += len(batch)
     finally:
         if collecting:
+            _promote_all()
             gc.enable()
     cache.set_complete(cache.stats().get("evictions", 0) == evictions)
     seconds = time.perf_counter() - started
     log.info("shortterm hydrated %d rows in %.3f s", rows, seconds)
     return rows, seconds
+
+
+def _promote_all() -> None:
+    """Move every object the collector tracks into its oldest generation, without walking
+    them. What the load built lives as long as the process; left in the youngest generation,
+    the first collection after the load would walk all of it, and the next generation's
+    collection once more (a second per million rows, before the first turn). ``freeze`` then
+    ``unfreeze`` only splice the collector's lists. Skipped when the application froze
+    objects itself: ``unfreeze`` would hand those back to the collector."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -50,8 +51,14 @@ HYDRATION_SELECT = (
 
 
 def hydration_rows(rows: list[Any]) -> list[HydrationRow]:
-    """A fetched batch as hydration tuples: rows without categories pass through untouched."""
+    """A fetched batch as hydration tuples: rows without categories pass through untouched
+    (most batches have none: one C-level pass finds that out)."""
+    if not any(map(_categories, rows)):
+        return rows
     return [r if r[12] is None else _with_categories(r) for r in rows]
+
+
+_categories = itemgetter(12)
 
 
 def _with_categories(r: Sequence[Any]) -> HydrationRow:
