@@ -86,8 +86,7 @@ CAPTURED_DOC = degraded_doc(
 )
 STARTED_DOC = degraded_doc(
     "The turn, its context and tools.",
-    "The context was read from the hot tier alone (what other processes forgot meanwhile is "
-    "applied once the durable tier is back; a scope the hot tier lacks shows nothing);",
+    "The context was read from the hot tier alone (a scope it lacks shows nothing);",
 )
 READ_DOC = degraded_doc(
     "What is remembered.",
