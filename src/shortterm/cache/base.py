@@ -13,6 +13,7 @@ facade re-reads that owner from the durable tier.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
@@ -26,9 +27,14 @@ __all__ = [
     "HotTier",
     "HydrationSink",
     "JournalReader",
+    "Owner",
     "PrivateTier",
+    "Recent",
+    "RecentOrder",
     "ScopeLister",
 ]
+
+Owner = tuple[ScopeKind, str]  # (kind, owner id)
 
 
 class JournalReader(Protocol):
@@ -231,4 +237,44 @@ class HoldsScopes(Protocol):
 
     def holds(self, key: ScopeKey, now: float) -> bool:
         """Whether the tier holds a live record of ``key`` mirroring its durable row."""
+        ...
+
+
+class Recent(ABC):
+    """The live entries of a few owners in recall order, read only as far as the caller
+    iterates (``async for``): newest first by :attr:`Entry.updated_at`; entries of the same
+    time in the order of the owners given, then in an order of the tier's own that stays the
+    same from one read to the next. A caller that stops early leaves the rest unread."""
+
+    incomplete: list[Owner]
+    """The owners whose entries the tier may not all hold (it evicted some, or a shared tier
+    cannot vouch for them): the facade re-reads them from the durable tier, then reads
+    again. Set when the read is returned."""
+
+    live: Entry | None = None
+    """With ``live=`` given and :attr:`live_read`, that scope's live entry (``None``: none)."""
+
+    live_read: bool = False
+    """Whether the tier read ``live`` with its first round trip (a shared tier does, so the
+    turn needs no read of its own; a private tier's lookup costs nothing and it leaves it)."""
+
+    def __aiter__(self) -> Recent:
+        return self
+
+    @abstractmethod
+    async def __anext__(self) -> Entry: ...
+
+
+@runtime_checkable
+class RecentOrder(Protocol):
+    """A hot tier that keeps each owner's entries in recall order, so that a turn reads
+    only as many as its context shows, whatever the owner's size (``memory.turn.recall``)."""
+
+    async def recent(
+        self, owners: Sequence[Owner], now: float, *, page: int, live: ScopeKey | None = None
+    ) -> Recent:
+        """The live entries of ``owners`` in recall order (see :class:`Recent`). ``page``:
+        how many the caller expects to look at (a shared tier reads about that many per
+        round trip); ``live``: a scope whose entry the caller needs too (one of an owner
+        given), which a shared tier reads in the same round trip."""
         ...

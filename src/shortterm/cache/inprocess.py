@@ -23,8 +23,9 @@ from ..model.fence import (
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
-from .base import HotTier, JournalReader
+from .base import HotTier, JournalReader, Owner, Recent
 from .inprocess_hydration import hydration_keys, insert_new
+from .inprocess_recent import InProcessRecent
 from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
 from .inprocess_records import channel_keys as _channel_keys
 
@@ -163,6 +164,7 @@ class InProcessCache(RecordBook, HotTier):
         rec.touched_at = now
         self._set_messages(kt, rec, messages)
         rec.view = None
+        self._place(kt, rec)
         self._reschedule(kt, rec)
         self._counts["stores"] += 1
         if len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
@@ -257,6 +259,7 @@ class InProcessCache(RecordBook, HotTier):
         rec.touched_at = now
         self._resize(rec)
         rec.view = None
+        self._place(kt, rec)
         self._reschedule(kt, rec, pending)
 
     async def apply_hydration(
@@ -323,11 +326,33 @@ class InProcessCache(RecordBook, HotTier):
             if len(out) < len(held):
                 self._drop_expired(held, now)  # some record has nothing live left
         self._counts["hits"] += len(out)
+        return out, self._owner_complete(owner)
+
+    async def recent(
+        self, owners: Sequence[Owner], now: float, *, page: int, live: ScopeKey | None = None
+    ) -> Recent:
+        """The owners' entries newest first (``RecentOrder``), each owner's from its recall
+        order (``inprocess_recent``); ``page`` and ``live`` are a shared tier's concern."""
+        incomplete = [owner for owner in owners if not self._owner_complete(owner)]
+        return InProcessRecent(
+            lambda: [self._recall_order(owner) for owner in owners],
+            now,
+            self._view,
+            self._expire,
+            incomplete,
+            self._counts,
+        )
+
+    def _owner_complete(self, owner: Owner) -> bool:
         if self._complete:
-            return out, True
+            return True
         if self._owners_ok:
-            return out, owner not in self._incomplete
-        return out, owner in self._complete_owners
+            return owner not in self._incomplete
+        return owner in self._complete_owners
+
+    def _expire(self, rec: Record) -> None:
+        """A record a read found with nothing live left, past its deadline."""
+        self._remove(rec.key.astuple, "expirations")
 
     def _drop_expired(self, held: dict[KeyTuple, Record], now: float) -> None:
         """Drop an owner's records that hold nothing live and are past their deadline."""
@@ -399,6 +424,7 @@ class InProcessCache(RecordBook, HotTier):
             rec = self._entries[kt]
             self._set_messages(kt, rec, without_authors(rec.messages, gone))
             rec.view = None
+            self._place(kt, rec)
             self._reschedule(kt, rec)
             touched += 1
         return touched

@@ -20,6 +20,7 @@ from operator import attrgetter
 from types import MappingProxyType
 
 from ..model import Entry, Message, ScopeKey, ScopeMeta
+from .inprocess_recent import OwnerOrder, score
 
 __all__ = [
     "NO_CATEGORIES",
@@ -61,10 +62,13 @@ class Record:
         "categories",
         "categories_at",
         "expires_at",
+        "listed",
         "messages",
         "messages_at",
         "meta",
+        "order",
         "revision",
+        "rscore",
         "size",
         "summary",
         "summary_at",
@@ -102,6 +106,10 @@ class Record:
         self.size = 0  # not counted yet: _insert counts it
         self.view: Entry | None = None
         self.view_until = 0.0
+        # Its place in the owner's recall order (inprocess_recent), set when it is inserted.
+        self.rscore = -_INF
+        self.order = 0
+        self.listed = False
 
     @property
     def key(self) -> ScopeKey:
@@ -163,6 +171,9 @@ class RecordBook:
         # Otherwise only the owners re-read since are, least recently marked dropped first.
         self._complete_owners: OrderedDict[Owner, None] = OrderedDict()
         self._bytes = 0
+        # Each owner's records in recall order (inprocess_recent), once the owner was read.
+        self._orders: dict[Owner, OwnerOrder] = {}
+        self._order_seq = itertools.count(0, -1)
         self._counts = dict.fromkeys(
             ("hits", "misses", "stores", "evictions", "expirations", "invalidations", "fenced"),
             0,
@@ -272,6 +283,44 @@ class RecordBook:
             keys.add(kt)  # type: ignore[union-attr]
         size = rec.size = _size(rec)
         self._bytes += size
+        order = self._orders.get(owner)
+        if order is not None:  # else built at the owner's next read (inprocess_recent)
+            order.known += 1
+            rec.order = next(self._order_seq)
+            new = score(rec)
+            if new != -_INF:
+                rec.rscore = new
+                order.add(rec)
+
+    def _place(self, kt: KeyTuple, rec: Record) -> None:
+        """Move a record to where its values put it in its owner's recall order: after
+        every change of its messages, summary or categories."""
+        owner = (kt[0], kt[1])
+        order = self._orders.get(owner)
+        if order is None:
+            return
+        if order.known != len(self._by_owner[owner]):
+            # A bulk load added records behind its back: built again at the next read.
+            del self._orders[owner]
+            return
+        new = score(rec)
+        if rec.listed:
+            if new != rec.rscore:
+                order.move(rec, new)
+        elif new != -_INF:
+            rec.rscore = new
+            order.add(rec)
+
+    def _recall_order(self, owner: Owner) -> OwnerOrder | None:
+        """The owner's records in recall order (``None``: it has none), built now when it
+        was never read or a bulk load added records since."""
+        held = self._by_owner.get(owner)
+        if not held:
+            return None
+        order = self._orders.get(owner)
+        if order is None or order.known != len(held):
+            order = self._orders[owner] = OwnerOrder.build(held.values(), self._order_seq)
+        return order
 
     def _remove(self, kt: KeyTuple, reason: str) -> None:
         rec = self._entries.pop(kt)
@@ -282,6 +331,13 @@ class RecordBook:
             if not held:
                 del self._by_owner[owner]
         _discard_channel(self._by_channel, kt[2], kt)
+        order = self._orders.get(owner)
+        if order is not None:
+            order.known -= 1
+            if rec.listed:
+                order.drop(rec)
+            if not order.known:
+                del self._orders[owner]
         if rec.messages:
             for author in set(map(_author, rec.messages)):
                 if author is not None:
@@ -400,6 +456,7 @@ class RecordBook:
         self._by_channel.clear()
         self._by_author.clear()
         self._author_live.clear()
+        self._orders.clear()
         self._heap.clear()
         self._incomplete.clear()
         self._complete_owners.clear()

@@ -19,6 +19,7 @@ __all__ = [
     "Views",
     "authors",
     "authors_json",
+    "counter_of",
     "decode_messages",
     "dumps",
     "durable_json",
@@ -91,6 +92,14 @@ def authors_json(messages: Sequence[Message]) -> str:
     """A record's ``au``: its authors' digests (``user_target``), in the order of their ids;
     the author indexes are named by them, so a purge known only by digest finds them."""
     return dumps([user_target(a) for a in authors(messages)])
+
+
+def counter_of(d_raw: str | None, exp: str | None, now: float) -> int | None:
+    """The cadence counter a record holds (its ``d`` and ``exp``); ``None`` when there is no
+    live record."""
+    if exp is None or now >= float(exp):
+        return None
+    return int(json.loads(d_raw)[4]) if d_raw else 0
 
 
 def decode_messages(raw: list[Any]) -> tuple[Message, ...]:

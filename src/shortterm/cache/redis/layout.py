@@ -5,7 +5,8 @@ hash tag, which Redis Cluster uses, alone, to choose the key's slot::
 
     P{g<k>}e:<key>               hash: one record (meta, mirrored durable values, messages, ...)
     P{g<k>}c:<channel>           set of the channel's keys
-    P{g<k>}o:server:<owner>      sorted set of a server's keys in this group, by last write
+    P{g<k>}o:server:<owner>      sorted set of a server's keys in this group, each by the
+                                 newest time its record holds (a turn's recall order)
     P{g<k>}o:u:<user target>     the same for a user, named by the user's digest
     P{g<k>}a:<user target>       set of this group's keys holding a message by that author
     P{g<k>}x                     sorted set of the group's keys, scored by expiry (``sweep``)

@@ -119,6 +119,7 @@ def _script(name: str, *, allow_oom: bool = False) -> Script:
 
 
 READ = Script(lua_source("read"), flags="no-writes")  # no prelude: it names only its KEYS
+RECENT = Script(lua_source("recent"), flags="no-writes")  # the same: a turn's recall read
 
 
 CAPTURE = _script("capture")

@@ -55,7 +55,6 @@ this process's last call there.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -70,7 +69,7 @@ from ...model import Entry, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ...model.config import Config
 from ...model.errors import ConfigError, StoreUnavailable
 from ...model.fence import WriteFence
-from ..base import HotTier, JournalReader
+from ..base import HotTier, JournalReader, Owner, Recent
 from . import forget as redis_forget
 from . import scan as redis_scan
 from .client import (
@@ -81,10 +80,11 @@ from .client import (
     open_url,
     ping_master,
 )
-from .codec import Views, member
+from .codec import Views, counter_of, member
 from .directory import Directories
 from .keeper import Keeper
 from .layout import DEFAULT_GROUPS, Layout
+from .recent import RecentReads
 from .scripts import DELETE, READ, Groups, Ride
 from .writes import Scope, Sender, Writes
 
@@ -137,6 +137,7 @@ class RedisCache(HotTier):
         self._keeper = Keeper(self._g, self._token)
         writes = Writes(self._g, crude_ttl_s, summary_ttl_s, self._margin_ms)
         self._sender = Sender(writes, self._directories, self._keeper, self._counts)
+        self._recent = RecentReads(self._g, self._views, self._keeper, self._counts)
 
     @classmethod
     def from_url(cls, url: str, config: Config) -> RedisCache:
@@ -214,7 +215,7 @@ class RedisCache(HotTier):
 
     async def counter(self, key: ScopeKey, now: float) -> int | None:
         d_raw, exp = await self._read(key, ("d", "exp"), now)
-        return _counter(d_raw, exp, now)
+        return counter_of(d_raw, exp, now)
 
     async def _read(self, key: ScopeKey, fields: Sequence[str], now: float) -> list[Any]:
         """One record's fields with its group's mark (one round trip). A group short of what
@@ -237,7 +238,7 @@ class RedisCache(HotTier):
         if meta_raw is not None:
             entry = self._views.view(name, (meta_raw, d_raw, m_raw), now)
         self._counts["hits" if entry is not None else "misses"] += 1
-        return entry, _counter(d_raw, exp, now)
+        return entry, counter_of(d_raw, exp, now)
 
     async def owner_entries(
         self, kind: ScopeKind, owner_id: str, now: float
@@ -250,6 +251,12 @@ class RedisCache(HotTier):
         self._settings_seen = max(self._settings_seen, read.settings_seen)
         self._counts["hits"] += len(read.entries)
         return read.entries, read.marked
+
+    async def recent(
+        self, owners: Sequence[Owner], now: float, *, page: int, live: ScopeKey | None = None
+    ) -> Recent:
+        """A turn's recall read: each group's index of the owners, newest first (:mod:`.recent`)."""
+        return await self._recent.open(owners, now, page, live)
 
     async def mark_complete(self, kind: ScopeKind, owner_id: str) -> None:
         marker = self.layout.marker(kind, owner_id)
@@ -307,7 +314,7 @@ class RedisCache(HotTier):
         """Whether this process must repair the tier or follow the journal before its next
         step: a reply showed a group short of what it knows was forgotten (or a write was
         refused for it), or an owner read returned a settings change newer than ``head``."""
-        return self._marks.due or self._settings_seen > head
+        return self._marks.due or max(self._settings_seen, self._recent.settings_seen) > head
 
     def followed(self, forgets: int) -> None:
         self._marks.known = max(self._marks.known, forgets)
@@ -481,10 +488,3 @@ def _policies(reply: Any) -> list[str]:
             return [str(reply["maxmemory-policy"])]
         return [p for value in reply.values() for p in _policies(value)]
     return []
-
-
-def _counter(d_raw: str | None, exp: str | None, now: float) -> int | None:
-    """The cadence counter a record holds; ``None`` when there is no live record."""
-    if exp is None or now >= float(exp):
-        return None
-    return int(json.loads(d_raw)[4]) if d_raw else 0

@@ -235,18 +235,29 @@ class Engine:
         """Live entries of one owner, re-read from the durable tier when the hot tier may
         have dropped some of them."""
         now = self.clock()
-        if self._unsure:
-            await self._settle(kind, owner_id, now)
+        await self.settle_owner(kind, owner_id)
         cache = self.tiers.cache
         entries, complete = await cache.owner_entries(kind, owner_id, now)
         if not complete:
-            fence = WriteFence(self.journal.head)
-            rows = await self.durable.load_owner(kind, owner_id)
-            self.health.count("read_through")
-            await cache.apply_rows(rows, now, fence)
-            await cache.mark_complete(kind, owner_id)
+            await self.complete_owner(kind, owner_id)
             entries, _ = await cache.owner_entries(kind, owner_id, now)
         return entries
+
+    async def settle_owner(self, kind: ScopeKind, owner_id: str) -> None:
+        """Before an owner is read: its scopes whose last write had an unknown outcome are
+        read through (no I/O when there is none)."""
+        if self._unsure:
+            await self._settle(kind, owner_id, self.clock())
+
+    async def complete_owner(self, kind: ScopeKind, owner_id: str) -> None:
+        """Re-read one owner from the durable tier into the hot tier, which may have dropped
+        some of its entries; the hot tier then counts it complete."""
+        fence = WriteFence(self.journal.head)
+        rows = await self.durable.load_owner(kind, owner_id)
+        self.health.count("read_through")
+        cache = self.tiers.cache
+        await cache.apply_rows(rows, self.clock(), fence)
+        await cache.mark_complete(kind, owner_id)
 
     async def _settle(self, kind: str, owner_id: str, now: float) -> None:
         """Read through this owner's scopes whose last write had an unknown outcome, so the

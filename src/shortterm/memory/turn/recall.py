@@ -16,10 +16,13 @@ Who sees what (the rules are in ``docs/prompt-format.md`` too):
   when it was captured, unless that server allows it (``privacy_bypass``). Inside a private
   channel, the same server's private entries are visible; other servers' never are.
 
-The rules themselves are in rules.py; this module reads and renders. Everything is read through
-the engine's owner index, so the cost follows the number of
-entries of this server and user, not the size of the whole memory. A durable tier that fails
-mid-read degrades the context to what the hot tier holds; the failure is counted and logged.
+The rules themselves are in rules.py; this module reads and renders. The other channels are
+read from the hot tier's recall order (``cache.base.RecentOrder``): this server's and the
+user's entries newest first, only as far as the block fills, so a server's size does not
+decide a turn's cost; the rules filter each entry as it comes, so an entry they hide just
+takes the next one. A hot tier without that order gives every entry of the two owners, sorted
+here. A durable tier that fails mid-read degrades the context to what the hot tier holds; the
+failure is counted and logged.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
+from ...cache.base import Owner, Recent, RecentOrder
 from ...model import Entry, ScopeKey, ScopeKind
 from ...model.errors import CacheUnavailable, InvalidInput, StoreUnavailable
 from ...prompt.context import Context, ContextItem
@@ -120,6 +124,30 @@ class _Reader:
             entry = await self._hot(self.engine.tiers.cache.get(key, self.engine.clock()))
             return entry, await self.counter(key, entry)
 
+    async def recent(
+        self, cache: RecentOrder, owners: list[Owner], page: int, live: ScopeKey | None
+    ) -> Recent:
+        """The owners' entries in recall order; an owner the hot tier may not hold wholly
+        is re-read from the durable tier first (``Engine.owner_entries``' rule), and a
+        durable failure leaves the read to what the hot tier holds."""
+        engine = self.engine
+
+        def read() -> Awaitable[Recent]:
+            return cache.recent(owners, engine.clock(), page=page, live=live)
+
+        try:
+            for kind, owner_id in owners:
+                await engine.settle_owner(kind, owner_id)
+            recent = await read()
+            if recent.incomplete:
+                for kind, owner_id in recent.incomplete:
+                    await engine.complete_owner(kind, owner_id)
+                recent = await read()
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            recent = await self._hot(read())
+        return recent
+
     async def owner(self, kind: ScopeKind, owner_id: str) -> list[Entry]:
         try:
             return await self.engine.owner_entries(kind, owner_id)
@@ -145,9 +173,16 @@ _newest = attrgetter("_newest")
 class _Recall:
     """What one turn may see under one snapshot (the rules in rules.py), and its renderings."""
 
-    def __init__(self, snap: rules.Snapshot, known: KnownSettings, renders: RenderCache) -> None:
+    def __init__(
+        self,
+        snap: rules.Snapshot,
+        known: KnownSettings,
+        renders: RenderCache,
+        opted_in: bool = False,
+    ) -> None:
         args, settings = snap.args, snap.settings
         self.snap = snap
+        self.opted_in = opted_in
         self.args = args
         self.settings = settings
         self.known = known
@@ -184,6 +219,11 @@ class _Recall:
             if rules.hidden_as_private(e, owner, here_server=here, here_private=self.here_private):
                 return False
         return True
+
+    def personal(self, e: Entry) -> bool:
+        """Whether one of the user's own entries is one the turn may recall at all
+        (``rules.recalled_personal``: other servers and DMs, as the opt-in allows)."""
+        return bool(rules.recalled_personal(self.snap, self.opted_in, [e]))
 
     def plan(self, entry: Entry) -> Recollection | None:
         """What ``entry`` shows this turn, planned once per view of it and per the inputs
@@ -241,23 +281,81 @@ class _Recall:
         )
 
 
-async def _gather(engine: Engine, args: TurnArgs, reader: _Reader) -> tuple[_Recall, list[Entry]]:
-    """The rules for this turn under the settings known now, and the entries of the owners
-    the turn reads, newest first (the ones it may see are picked from them by
-    ``_Recall.visible``)."""
+class _Sorted(Recent):
+    """Recall order for a hot tier without one: the owners' entries, sorted here."""
+
+    def __init__(self, entries: list[Entry], live: ScopeKey | None) -> None:
+        self.incomplete = []
+        # Sorting before filtering gives the same order (the sort is stable), and the filter
+        # (``_Recall.visible``) then runs only until the block is full.
+        self._entries = iter(sorted(entries, key=_newest, reverse=True))
+        if live is not None:
+            kt = live.astuple
+            self.live = next((e for e in entries if e.key.astuple == kt), None)
+            self.live_read = True
+
+    async def __anext__(self) -> Entry:
+        for entry in self._entries:
+            return entry
+        raise StopAsyncIteration
+
+
+async def _gather(
+    engine: Engine, args: TurnArgs, reader: _Reader
+) -> tuple[_Recall, Recent, ScopeKey]:
+    """The rules for this turn under the settings known now, the entries of the owners the
+    turn reads, newest first (the ones it may see are picked from them by
+    ``_Recall.personal`` and ``_Recall.visible``), and the channel's live scope."""
     snap = engine.snapshot(args)
     known = engine.known_settings
-    recall = _Recall(snap, known, engine.renders)
     opted_in = known.user(args.user_id).cross_server_opt_in  # rules.reads_personal weighs it
-    candidates: list[Entry] = []
+    recall = _Recall(snap, known, engine.renders, opted_in)
+    owners: list[Owner] = []
     if args.server_id is not None:
-        candidates = await reader.owner("server", args.server_id)
+        owners.append(("server", args.server_id))
     if rules.reads_personal(snap, opted_in):
-        mine = rules.recalled_personal(snap, opted_in, await reader.owner("user", args.user_id))
-        candidates = candidates + mine
-    # Sorting before filtering gives the same order (the sort is stable), and the filter
-    # (``_Recall.visible``) then runs only until the block is full.
-    return recall, sorted(candidates, key=_newest, reverse=True)
+        owners.append(("user", args.user_id))
+    live_key = rules.live_scope(snap, args.persona_id)
+    cache = engine.tiers.cache
+    # The live entry comes with the owners' read on a shared tier: a second read of the same
+    # record would be another round trip (a private tier's read is a dict lookup instead).
+    live: ScopeKey | None = None
+    if cache.shared and rules.reads_live(snap) and (live_key.kind, live_key.owner_id) in owners:
+        live = live_key
+    if isinstance(cache, RecentOrder):
+        page = engine.config.max_other_channels + 2  # the live channel's own, and one hidden
+        return recall, await reader.recent(cache, owners, page, live), live_key
+    entries: list[Entry] = []
+    for kind, owner_id in owners:
+        entries += await reader.owner(kind, owner_id)
+    return recall, _Sorted(entries, live), live_key
+
+
+async def _recollections(engine: Engine, recall: _Recall, candidates: Recent) -> list[Recollection]:
+    """Up to ``max_other_channels`` other conversations the turn may see, newest first:
+    candidates are read only until the block is full."""
+    recollections: list[Recollection] = []
+    limit = engine.config.max_other_channels
+    if not limit:
+        return recollections
+    visible, personal = recall.visible, recall.personal
+    try:
+        # No await between the steps but the tier's own (a private tier's never suspend, so
+        # its order cannot change under the walk).
+        async for entry in candidates:
+            if entry.key.kind == "user" and not personal(entry):
+                continue
+            if not visible(entry):
+                continue
+            planned = recall.plan(entry)
+            if planned is not None:  # nothing to show takes no slot
+                recollections.append(planned)
+                if len(recollections) >= limit:
+                    break
+    except CacheUnavailable as exc:
+        engine.health.cache_failed("context", exc)
+        raise
+    return recollections
 
 
 async def build_context(
@@ -279,34 +377,18 @@ async def build_context(
         raise InvalidInput("count_tokens", count_tokens, "a callable str -> int, or None")
     reader = _Reader(engine)
     await reader.refresh_settings()
-    recall, candidates = await _gather(engine, args, reader)
+    recall, candidates, live_key = await _gather(engine, args, reader)
     if engine.tiers.cache.journal_due(engine.journal.head) and await reader.follow_shared():
         # A shared hot tier's read returned a settings change newer than our position (a
         # privacy choice or a server's settings another process made after our last
         # follow): the journal is followed, and the entries gathered again under it.
-        recall, candidates = await _gather(engine, args, reader)
+        recall, candidates, live_key = await _gather(engine, args, reader)
     settings = recall.settings
-    recollections: list[Recollection] = []
-    limit = engine.config.max_other_channels
-    visible = recall.visible
-    for entry in candidates:
-        if len(recollections) >= limit:
-            break
-        if not visible(entry):
-            continue
-        planned = recall.plan(entry)
-        if planned is not None:  # nothing to show takes no slot
-            recollections.append(planned)
+    recollections = await _recollections(engine, recall, candidates)
 
-    live_key = rules.live_scope(recall.snap, args.persona_id)
-    live: Entry | None = None
+    live: Entry | None = candidates.live
     seen: tuple[Entry | None] | None = None
     if rules.reads_live(recall.snap):
-        if engine.tiers.cache.shared:
-            # The owner read usually returned it already: a second read of the same record
-            # would be another round trip (a private tier's read is a dict lookup instead).
-            kt = live_key.astuple
-            live = next((e for e in candidates if e.key.astuple == kt), None)
         if live is not None:
             counter = live.turns_since_refresh
         else:

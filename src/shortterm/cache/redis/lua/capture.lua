@@ -160,7 +160,7 @@ local function capture(i)
   set_or_del(rk, 'wm', wm)
   set_or_del(rk, 'mexp', #kept > 0 and mexp or '')
   set_authors(rk, member, cur[2], '[' .. table.concat(au, ',') .. ']')
-  finish(rk, member, now, mexp, margin)
+  finish(rk, member, now, mexp, margin, at)  -- `at`: the time of the messages it holds
   return 1, after
 end
 

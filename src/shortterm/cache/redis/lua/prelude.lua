@@ -34,10 +34,39 @@ local function set_authors(rk, member, old_json, new_json)
   redis.call('HSET', rk, 'au', new_json)
 end
 
+-- The newest time among what a record holds, live or not: its messages' capture (when it holds
+-- messages: `has_m`) and its summary's and categories' writes (when it holds one: `has_v`), as
+-- Python's Entry.updated_at takes them; '-inf' for none. Spelled as Redis reads back the very
+-- double Python wrote: the capture time as written, a decoded one with 17 digits. The score of
+-- the record in its owner's index, which a turn's recall reads newest first (recent.lua).
+-- `m_at`: the messages' capture time when the caller has it (a capture), read otherwise.
+local function newest(rk, has_m, has_v, m_at)
+  local best, bn = '-inf', nil
+  if has_m then
+    best = m_at or string.match(redis.call('HGET', rk, 'm') or '', '^%[([^,]+),') or '-inf'
+    bn = tonumber(best)
+  end
+  if has_v then
+    local d = cjson.decode(redis.call('HGET', rk, 'd') or 'null')
+    if type(d) == 'table' then
+      local cats = d[3]
+      local held = {d[1] ~= cjson.null and d[2] or cjson.null,
+        type(cats) == 'table' and next(cats) ~= nil and d[4] or cjson.null}
+      for _, at in ipairs(held) do
+        if at ~= cjson.null and (bn == nil or at > bn) then
+          best, bn = string.format('%.17g', at), at
+        end
+      end
+    end
+  end
+  return best
+end
+
 -- Recompute expiry, size, indexes and TTLs of a record after a change. The expiry is the
 -- latest of the message and value expiries (strings written by Python, compared here), or
--- ``fallback`` for a record with no live values ('' keeps the stored expiry).
-local function finish(rk, member, now, fallback, margin_ms)
+-- ``fallback`` for a record with no live values ('' keeps the stored expiry). Its owner index
+-- scores it by `newest` (`m_at`: see there).
+local function finish(rk, member, now, fallback, margin_ms, m_at)
   local f = redis.call('HMGET', rk, 'mexp', 'vexp', 'size', 'ok', 'ck', 'au', 'exp')
   local best, bn = nil, nil
   for i = 1, 2 do
@@ -55,7 +84,7 @@ local function finish(rk, member, now, fallback, margin_ms)
   redis.call('INCRBY', P .. 'b', size - (tonumber(f[3]) or 0))
   redis.call('HSET', rk, 'exp', best, 'size', size)
   redis.call('ZADD', P .. 'x', best, member)
-  redis.call('ZADD', f[4], now, member)
+  redis.call('ZADD', f[4], newest(rk, f[1], f[2], m_at), member)
   redis.call('SADD', f[5], member)
   local ms = math.floor((bn - tonumber(now)) * 1000) + margin_ms
   if ms < 1000 then ms = 1000 end
