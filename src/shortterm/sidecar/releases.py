@@ -64,9 +64,6 @@ class OwedReleases:
     def __len__(self) -> int:
         return len(self._owed)
 
-    def __bool__(self) -> bool:
-        return bool(self._owed)
-
     async def send(self, turn_id: str, token: str, release: Release) -> None:
         """Send ``release`` now; owe it when Redis does not take it (never raises for that)."""
         await self.settled(self._run(*release), turn_id, token, release)
@@ -86,8 +83,8 @@ class OwedReleases:
 
     def _owe(self, turn_id: str, token: str, release: Release, why: str) -> None:
         log.warning(
-            "shortterm sidecar: the %s of a failed call did not reach Redis (%s); sent again "
-            "every %g s until Redis takes it, so the call's retry is served once Redis is back",
+            "shortterm sidecar: the %s did not reach Redis (%s); sent again every %g s until "
+            "Redis takes it, so that the turn's next call is served once Redis is back",
             release.what,
             why,
             RETRY_S,

@@ -337,7 +337,7 @@ class _SharedGuard:
         # model, and the guard is settled as soon as Redis is back.
         r, token = self._registry, self._read.token
         keys, args = [r._keys(self._turn_id)[0]], ["1" if upgraded else "0", token]
-        release = Release("turn guard", _SETTLE, keys, args)
+        release = Release("turn guard's release", _SETTLE, keys, args)
         riding = r._cache.ride(*release).result()
         return r._owed.settled(riding, self._turn_id, token, release)
 
@@ -454,7 +454,7 @@ class RedisTurnRegistry:
         return self._cache.ride("turn end", _END, [key, index], [turn_id])
 
     async def give_back_capture(self, turn_id: str, token: str) -> None:
-        release = Release("capture's release", _GIVE_BACK, [self._keys(turn_id)[0]], [token])
+        release = Release("capture claim's release", _GIVE_BACK, [self._keys(turn_id)[0]], [token])
         await self._owed.send(turn_id, token, release)
 
 
