@@ -366,6 +366,12 @@ _FAILED_IN_CALL: ContextVar[dict[int, str] | None] = ContextVar(
 )
 
 
+def failed_in_call() -> bool:
+    """Whether the facade call in progress already met a failed Redis call (of any tier):
+    what it would wait for next (a repair) cannot help it within its bound."""
+    return bool(_FAILED_IN_CALL.get())
+
+
 # True in a call whose server answered NOSCRIPT (it restarted, was flushed, or took the slot
 # over from another node): its next attempt sends the scripts' source (EVAL caches them).
 BY_SOURCE: ContextVar[bool] = ContextVar("shortterm_redis_by_source", default=False)

@@ -32,6 +32,7 @@ from contextvars import Context
 from ...model.errors import StoreUnavailable
 from ..base import JournalReader
 from . import repair as redis_repair
+from .client import failed_in_call
 from .scripts import Groups
 
 __all__ = ["REPAIR_WAIT_S", "WRITE_TRIES", "Keeper"]
@@ -100,6 +101,10 @@ class Keeper:
             task.add_done_callback(_reported)
         deadline = loop.time() + REPAIR_WAIT_S
         while self._served < ask:
+            if failed_in_call():
+                # Redis failed this call already: the repair (a task of its own, outside the
+                # call's bound) meets the same failure; the call answers within its bound.
+                return None
             if task.done():
                 return None  # it failed (logged)
             passed = self._passed
