@@ -7,8 +7,10 @@ summary each), into the in-process hot tier.
 
 Each size runs in a fresh process, so an earlier size's heap does not slow a later one. Wall
 seconds of the open (what ``shortterm bench`` reports) and the process's CPU seconds over it
-(user + system: on a machine shared with other work the CPU figure moves less); medians of
-``--repeat`` opens. ``--profile`` prints a cProfile of one more open to stderr.
+(user + system: on a machine shared with other work the CPU figure moves less), split into
+reading the rows (the store's ``iter_hydration``), loading them into the tier
+(``apply_hydration``) and the rest of the open; medians of ``--repeat`` opens. ``--profile``
+prints a cProfile of one more open to stderr.
 """
 
 from __future__ import annotations
@@ -45,11 +47,34 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def open_once(store: Any, rows: int) -> tuple[float, float]:
-    """One open into a new in-process tier: (wall s, CPU s)."""
+async def open_once(store: Any, rows: int) -> tuple[float, float, float, float]:
+    """One open into a new in-process tier: wall s, CPU s, and the CPU s of reading the rows
+    and of loading them into the tier."""
     cache = InProcessCache(
         crude_ttl_s=43200, summary_ttl_s=86400, max_entries=rows * 2, max_bytes=1 << 40
     )
+    spent = {"read": 0.0, "load": 0.0}
+    read, load = store.iter_hydration, cache.apply_hydration
+
+    async def timed_read(**kw: Any) -> Any:
+        batches = read(**kw)
+        while True:
+            began = cpu_s()
+            try:
+                batch = await batches.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                spent["read"] += cpu_s() - began
+            yield batch
+
+    async def timed_load(*args: Any) -> None:
+        began = cpu_s()
+        await load(*args)
+        spent["load"] += cpu_s() - began
+
+    store.iter_hydration = timed_read
+    cache.apply_hydration = timed_load  # type: ignore[method-assign,assignment]
     started, cpu = time.perf_counter(), cpu_s()
     memory = await open_memory(
         store, cache, config=Config(sweep_interval_s=0), clock=lambda: T0 + 60
@@ -58,12 +83,12 @@ async def open_once(store: Any, rows: int) -> tuple[float, float]:
     hydrated = memory.stats()["hydrated_rows"]
     await memory.close()
     assert hydrated == rows, (hydrated, rows)
-    return wall, cpu
+    return wall, cpu, spent["read"], spent["load"]
 
 
 async def runs(
     new_store: Callable[[], Any], rows: int, repeat: int, profile: bool
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float, float, float]]:
     out = [await open_once(new_store(), rows) for _ in range(repeat)]
     if profile:
         profiler = cProfile.Profile()
@@ -78,7 +103,7 @@ async def runs(
 
 async def postgres_runs(
     url: str, rows: int, repeat: int, profile: bool
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float, float, float]]:
     """The same rows in a schema of their own, dropped afterwards."""
     import psycopg
 
@@ -122,8 +147,11 @@ def main() -> None:
     if opts.one is not None:
         print(json.dumps(asyncio.run(one(opts.one, opts.repeat, opts.profile, opts.postgres))))
         return
-    print("| rows | store | wall s (median) | CPU s (median) | wall s, each open |")
-    print("|---:|---|---:|---:|---|")
+    print(
+        "| rows | store | wall s | CPU s | of which reading rows | loading into the tier "
+        "| the rest | wall s, each open |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
     for rows in (int(n) for n in opts.rows.split(",")):
         args = [sys.executable, __file__, "--one", str(rows), "--repeat", str(opts.repeat)]
         args += ["--profile"] if opts.profile else []
@@ -131,10 +159,14 @@ def main() -> None:
         done = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True)
         result = json.loads(done.stdout.strip().splitlines()[-1])
         for store, opens in result.items():
-            wall = statistics.median(w for w, _ in opens)
-            cpu = statistics.median(c for _, c in opens)
-            each = ", ".join(f"{w:.2f}" for w, _ in opens)
-            print(f"| {rows:,} | {store} | {wall:.2f} | {cpu:.2f} | {each} |", flush=True)
+            wall, cpu, read, load = (statistics.median(o[i] for o in opens) for i in range(4))
+            rest = statistics.median(o[1] - o[2] - o[3] for o in opens)
+            each = ", ".join(f"{o[0]:.2f}" for o in opens)
+            print(
+                f"| {rows:,} | {store} | {wall:.2f} | {cpu:.2f} | {read:.2f} | {load:.2f} "
+                f"| {rest:.2f} | {each} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

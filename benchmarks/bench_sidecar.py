@@ -6,6 +6,8 @@ Run on demand (not part of the test suite)::
     .venv/bin/python benchmarks/bench_sidecar.py --write docs/benchmarks.md
     .venv/bin/python benchmarks/bench_sidecar.py --replicas 1,2 --clients 4 \
         --postgres postgresql://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
+    .venv/bin/python benchmarks/bench_sidecar.py --curve --clients 1,4,16,64 \
+        --postgres postgresql://postgres@127.0.0.1:5432/test --redis redis://127.0.0.1:6379/0
 
 The sidecar (``shortterm serve``; SQLite store and in-process cache, or with ``--replicas``
 several processes on one PostgreSQL + Redis) runs apart from the clients' process. Every client
@@ -18,6 +20,12 @@ balancer would spread them. Turns rotate over 50 users, 20 channels and 2 server
 The clients speak HTTP/1.1 over plain asyncio streams, so the figures are the sidecar's cost,
 not a client library's. Each client's first 10 turns warm its connections up and are not
 counted. Bounded: at most ``--turns`` turns and ``--seconds`` seconds per run.
+
+``--curve`` runs every client count on one SQLite sidecar and, given ``--postgres`` and
+``--redis``, on one sidecar over PostgreSQL + Redis, for one table of requests per second
+against clients. Every mode also measures CPU per request: the load-generating process's own
+(``resource.getrusage``, warm-up turns included, as their requests are) and the sidecar
+processes' (``/proc``, Linux only).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +47,7 @@ from typing import Any
 
 SECTION = "Sidecar over loopback HTTP"
 REPLICAS_SECTION = "Sidecar replicas on PostgreSQL + Redis"
+CURVE_SECTION = "Sidecar requests per second by clients"
 SPLICED = "start turn + 30 messages"
 WARMUP = 10  # turns per client before the clock counts
 ROUTES = ("start turn", SPLICED, "tool call", "capture")
@@ -143,8 +153,9 @@ def host_port(url: str) -> tuple[str, int]:
 
 async def client(
     urls: list[str], seed: int, quota: int, deadline: float, out: dict[str, list[float]]
-) -> tuple[int, float]:
-    """Turns back to back; answers how many were counted and when counting began."""
+) -> tuple[int, float, int]:
+    """Turns back to back; answers how many were counted, when counting began and how many
+    requests the warm-up made."""
     rng = random.Random(seed)
     conns = [await Connection.open(*host_port(url)) for url in urls]
     done = 0
@@ -183,7 +194,7 @@ async def client(
     finally:
         for c in conns:
             await c.close()
-    return max(0, done - WARMUP), clocked
+    return max(0, done - WARMUP), clocked, sum(len(s) for s in warm.values())
 
 
 async def run_clients(urls: list[str], clients: int, turns: int, seconds: float) -> dict[str, Any]:
@@ -191,18 +202,28 @@ async def run_clients(urls: list[str], clients: int, turns: int, seconds: float)
     per_client = max(1, turns // clients) + WARMUP
     started = time.perf_counter()
     deadline = started + seconds
+    cpu = cpu_s()
     ran = await asyncio.gather(
         *(client(urls, 42 + i, per_client, deadline, out) for i in range(clients))
     )
-    elapsed = time.perf_counter() - min(at for _, at in ran)
-    done = [n for n, _ in ran]
+    cpu = cpu_s() - cpu
+    elapsed = time.perf_counter() - min(at for _, at, _ in ran)
     return {
         "replicas": len(urls),
         "clients": clients,
-        "turns": sum(done),
+        "turns": sum(n for n, _, _ in ran),
         "elapsed_s": elapsed,
         "samples": out,
+        # CPU over every request this process made, the warm-up's included.
+        "client_cpu_s": cpu,
+        "requests_all": sum(len(s) for s in out.values()) + sum(w for _, _, w in ran),
     }
+
+
+def cpu_s() -> float:
+    """This process's CPU seconds so far, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def client_main(urls: str, clients: int, turns: int, seconds: float) -> None:
@@ -312,6 +333,42 @@ def render_replicas(results: list[dict[str, Any]], command: str, loaded: str) ->
     )
 
 
+def curve_table(results: list[dict[str, Any]]) -> str:
+    rows = [
+        "| store | clients | requests/s | turns/s | p50 ms | p99 ms "
+        "| client CPU µs per request | sidecar CPU µs per request |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        every = [t for s in r["samples"].values() for t in s]
+        rps, tps = len(every) / r["elapsed_s"], r["turns"] / r["elapsed_s"]
+        client = r["client_cpu_s"] / r["requests_all"] * 1e6
+        server = r.get("server_cpu_s")
+        sidecar = f"{server / r['requests_all'] * 1e6:,.0f}" if server is not None else "–"
+        rows.append(
+            f"| {r['store']} | {r['clients']} | {rps:,.0f} | {tps:,.0f} "
+            f"| {percentile(every, 0.5) * 1000:.2f} | {percentile(every, 0.99) * 1000:.2f} "
+            f"| {client:,.0f} | {sidecar} |"
+        )
+    return "\n".join(rows)
+
+
+def render_curve(results: list[dict[str, Any]], command: str, loaded: str) -> str:
+    from shortterm.bench.report import machine
+
+    return (
+        f"Machine: {machine()} (the sidecar, its clients, PostgreSQL and Redis share those "
+        f"2 cores). {loaded} Command: `{command}`. One `shortterm serve` process (SQLite "
+        "store and in-process cache, or PostgreSQL store and Redis cache on the same "
+        "machine), the clients in another process, one keep-alive connection each, turns "
+        f"back to back. {TURN_TEXT} Requests per second and latency (p50, p99 over every "
+        "route) count the turns after each client's 10 warm-up turns; CPU per request "
+        "divides a process's CPU time (user + system) over the whole run, warm-up "
+        "included, by every request of the run: the clients' own process "
+        "(`resource.getrusage`) and the sidecar's (`/proc`).\n\n" + curve_table(results)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", default="1,16", help="comma-separated client counts")
@@ -325,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--postgres", default=None, help="PostgreSQL URL for --replicas")
     parser.add_argument("--redis", default=None, help="Redis URL for --replicas")
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help="every --clients count on SQLite and, with --postgres and --redis, on "
+        "PostgreSQL + Redis: one table of requests/s and CPU per request",
+    )
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)  # internal
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -334,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     shown = ["benchmarks/bench_sidecar.py", *(argv if argv is not None else sys.argv[1:])]
     command = "python " + " ".join(shown)
     loaded = load()
-    if args.replicas is not None:
+    if args.curve:
+        stores = [0] + ([1] if args.postgres and args.redis else [])
+        results = [run_on(replicas=n, clients=c, args=args) for n in stores for c in counts]
+        text, section = render_curve(results, command, loaded), CURVE_SECTION
+    elif args.replicas is not None:
         if not (args.postgres and args.redis):
             parser.error("--replicas needs --postgres and --redis")
         replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
@@ -375,12 +442,29 @@ def run_on(*, replicas: int, clients: int, args: argparse.Namespace) -> dict[str
             cache = with_query(args.redis, prefix=f"bench-{tag}:")
             stack.callback(cleanup, args.postgres, f"bench_{tag}", args.redis, f"bench-{tag}:")
             count = replicas
-        urls = []
+        urls, procs = [], []
         for _ in range(count):  # one after the other: the first one migrates
             proc, url = start_server(store, cache)
             stack.callback(stop, proc)
             urls.append(url)
-        return drive(urls, clients, args)
+            procs.append(proc)
+        before = [process_cpu_s(proc.pid) for proc in procs]
+        result = drive(urls, clients, args)
+        after = [process_cpu_s(proc.pid) for proc in procs]
+        if None not in before and None not in after:
+            result["server_cpu_s"] = sum(after) - sum(before)  # type: ignore[arg-type]
+        result["store"] = "SQLite + in-process" if replicas == 0 else "PostgreSQL + Redis"
+        return result
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User and system CPU seconds of a running process (Linux ``/proc``), None elsewhere."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def with_query(url: str, **options: str) -> str:
