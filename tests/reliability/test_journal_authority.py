@@ -114,8 +114,11 @@ KEYS = (ScopeKey.server(G, C, None), ScopeKey.user(U, C, None))
 
 async def _said(memory: shortterm.Memory, word: str) -> None:
     turn = memory.turn(user_id=U, channel_id=C, server_id=G)
-    said = Message("user", f"the code is {word}", author_id=U, speaker="Ana")
-    other = Message("user", "see you", author_id=OTHER, speaker="Bo")
+    # Written now, as the platform stamps it: a forget's horizon takes an untimed message
+    # for an old one.
+    now = time.time()
+    said = Message("user", f"the code is {word}", author_id=U, speaker="Ana", at=now)
+    other = Message("user", "see you", author_id=OTHER, speaker="Bo", at=now)
     await turn.capture(history=[said, other], replies=[shortterm.Reply("noted")])
 
 
