@@ -335,7 +335,8 @@ class InProcessCache(RecordBook, HotTier):
         order (``inprocess_recent``); ``page`` and ``live`` are a shared tier's concern."""
         incomplete = [owner for owner in owners if not self._owner_complete(owner)]
         return InProcessRecent(
-            lambda: [self._recall_order(owner) for owner in owners],
+            self._recall_order,
+            owners,
             now,
             self._view,
             self._expire,

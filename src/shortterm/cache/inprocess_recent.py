@@ -121,7 +121,8 @@ class InProcessRecent(Recent):
 
     def __init__(
         self,
-        orders: Callable[[], Sequence[OwnerOrder | None]],
+        orders: Callable[[Owner], OwnerOrder | None],
+        owners: Sequence[Owner],
         now: float,
         view: Callable[[Record, float], Entry | None],
         expired: Callable[[Record], None],
@@ -129,7 +130,8 @@ class InProcessRecent(Recent):
         counts: dict[str, int],
     ) -> None:
         self.incomplete = incomplete
-        self._orders: Callable[[], Sequence[OwnerOrder | None]] | None = orders
+        self._orders = orders
+        self._owners: Sequence[Owner] | None = owners
         self._counts = counts
         self._now = now
         self._view = view
@@ -141,21 +143,49 @@ class InProcessRecent(Recent):
         # Read but not given out yet: (-updated_at, rank, -order, entry), smallest first.
         self._pending: list[tuple[float, int, int, Entry]] = []
 
-    def _start(self, orders: Sequence[OwnerOrder | None]) -> None:
-        self._orders = None
-        for rank, order in enumerate(orders):
+    def _start(self, owners: Sequence[Owner]) -> None:
+        self._owners = None
+        for rank, owner in enumerate(owners):
+            order = self._orders(owner)
             if order is not None and order.items:
                 self._streams.append([order.items, len(order.items) - 1, rank])
 
     async def __anext__(self) -> Entry:
+        if self._owners is not None:
+            self._start(self._owners)
+        streams = self._streams
+        if len(streams) == 1 and not self._pending:
+            # One owner (a guild turn without the opt-in): its list is the order, so long as
+            # no record read has a value expired since it was placed.
+            stream = streams[0]
+            items, at, now = stream[0], stream[1], self._now
+            while at >= 0:
+                rec = items[at]
+                at -= 1
+                if not rec.listed:
+                    continue
+                view = rec.view if rec.view is not None and now < rec.view_until else None
+                if view is None:
+                    view = self._view(rec, now)
+                    if view is None:
+                        if now >= rec.expires_at:
+                            self._expired(rec)
+                        continue
+                stream[1] = at
+                if view._newest == rec.rscore:
+                    self._counts["hits"] += 1
+                    return view
+                heapq.heappush(self._pending, (-view._newest, stream[2], -rec.order, view))
+                break
+            else:
+                stream[1] = at
+                raise StopAsyncIteration
         entry = self._next()
         if entry is None:
             raise StopAsyncIteration
         return entry
 
     def _next(self) -> Entry | None:
-        if self._orders is not None:
-            self._start(self._orders())
         pending, now = self._pending, self._now
         while True:
             # The stream whose next unread record could come first, and how early.

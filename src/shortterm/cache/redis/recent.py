@@ -33,7 +33,6 @@ from .scripts import RECENT, Groups
 
 __all__ = ["RecentReads"]
 
-_FIELDS = ("meta", "d", "m")  # what a view takes of a record
 _OWNERS_KEPT = 4096  # owners whose recently needed keys this process remembers
 
 Request = tuple[int, int]  # (owner's rank, group)
@@ -190,8 +189,7 @@ class RedisRecent(Recent):
                     keys.append(base + "sv")
                 keys += [f"{base}e:{name}" for name in names]
                 span = [str(stream.asked), str(stream.asked + count - 1)] if count else ["", ""]
-                flags = ["1" if with_sv else "0", "1" if with_records else "0"]
-                args = [*span, *flags, *_FIELDS]
+                args = [*span, ("s" if with_sv else "") + ("r" if with_records else "")]
                 g.eval(pipe, RECENT, keys, args)
 
         replies = await g.batch("recall read", build)
