@@ -120,6 +120,8 @@ async def handle(memory: shortterm.Memory, marks: Path, cmd: dict[str, Any]) -> 
         return None
     if op == "pending":  # this process's forgets of unknown outcome, still to retry
         return len(getattr(memory, "unsure_forgets", ()))
+    if op == "pooled":  # the store's pool serves again (no longer connecting on its own)
+        return not getattr(memory.store, "server_down", False)
     raise ValueError(f"unknown op {op!r}")
 
 

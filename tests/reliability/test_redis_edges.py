@@ -269,6 +269,17 @@ async def _settled(admin: Worker) -> None:
         await asyncio.sleep(0.2)
 
 
+async def _pooled(admin: Worker) -> None:
+    """Until the forgetting process's pool serves again after a cut: while its server looks
+    down, a request connects on its own, and through a cut proxy that connection fails
+    (nothing sent), which is not the unknown outcome these rounds are about."""
+    deadline = time.monotonic() + 60
+    while not await admin.call("pooled"):
+        assert time.monotonic() < deadline, "the pool never connected again"
+        await admin.call("context", user="zed", channel="elsewhere", server=G)
+        await asyncio.sleep(0.2)
+
+
 async def _clears(bot: Worker, channel: str, words: tuple[str, ...]) -> bool:
     deadline = time.monotonic() + 5
     while True:
@@ -307,6 +318,7 @@ async def test_a_forget_of_unknown_outcome_is_settled_before_the_process_serves(
                 hold=True,
             )  # fmt: skip
             await _touched(marks, token)
+            await _pooled(admin)
             pg_proxy.cut(cut)
             try:
                 outcome = await admin.call("clear_channel", channel=channel)

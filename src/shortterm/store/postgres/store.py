@@ -172,6 +172,13 @@ class PostgresStore:
         return self._pooled.watch.trouble
 
     @property
+    def server_down(self) -> bool:
+        """Whether the pool's newest connection attempt failed (for another reason than the
+        server's connection limit): requests then connect on their own, or fail within
+        ``pooled.UNREACHABLE_WAIT_S``, until the pool connects again."""
+        return self._pooled.watch.down
+
+    @property
     def listening(self) -> bool:
         """Whether the ``LISTEN`` connection proved itself alive within ``listen_timeout_s``,
         so that :meth:`journal_moved` answers from its flag (asking changes nothing)."""
