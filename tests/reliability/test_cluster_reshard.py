@@ -28,7 +28,7 @@ import shortterm
 from shortterm.cache.redis.client import failure_bound_s
 from shortterm.cache.redis.layout import Layout
 from shortterm.model import ScopeKey
-from shortterm.model.errors import StoreUnavailable
+from shortterm.model.errors import CacheUnavailable, StoreUnavailable
 from shortterm.model.fence import WriteFence
 from tests.cluster_support import Cluster
 from tests.fence_support import Jitter, raw_contents
@@ -95,6 +95,7 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
     doomed: set[str] = set()  # acknowledged, or begun, before their channel's clear began
     kept: dict[str, str] = {}  # channel -> a token acknowledged after its clear returned
     clearing: set[str] = set()  # channels whose clear of this lap began
+    refused: list[str] = []  # captures answered with CacheUnavailable
     async with shortterm.open(store=store, cache=cache, config=CONFIG) as memory:
         memory.store = Jitter(memory.store, rng, 0.02)  # type: ignore[assignment]
         memory.cache = Jitter(memory.cache, rng)  # type: ignore[assignment]
@@ -109,9 +110,17 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
 
         memory.begin_write = recording  # type: ignore[method-assign]
 
-        async def say(channel: str, token: str) -> None:
+        async def say(channel: str, token: str) -> bool:
+            """Whether the capture was acknowledged. One that a group cannot vouch for in
+            time (its repair still running on a loaded machine) is refused with
+            ``CacheUnavailable``: an answer, not a loss, but a rare one."""
             WRITING.set((channel, token))  # this task's own context
-            await _say(memory, channel, token)
+            try:
+                await _say(memory, channel, token)
+            except CacheUnavailable:
+                refused.append(token)
+                return False
+            return True
 
         async def round_in(channel: str, i: int) -> None:
             await asyncio.sleep(rng.random() * 0.3)
@@ -121,8 +130,8 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
             clearing.add(channel)
             await memory.clear_channel(channel)
             await racing
-            await say(channel, f"new{i}x")
-            kept[channel] = f"new{i}x"
+            if await say(channel, f"new{i}x"):
+                kept[channel] = f"new{i}x"
 
         stop: list[bool] = []
         slots = _tier_slots(prefix, 8)
@@ -141,6 +150,9 @@ async def test_nothing_acknowledged_is_lost_and_nothing_forgotten_returns_while_
             stop.append(True)
             moved = await resharding
         assert moved == MOVES * len(slots)  # every move overlapped the rounds
+        said = 3 * CHANNELS * lap
+        print(f"\n{len(refused)}/{said} captures refused: {refused}")
+        assert len(refused) <= said // 20
         raw = await raw_contents(redis_url=redis_cluster.url, prefix=prefix)
         for token in doomed:
             assert token not in raw, token

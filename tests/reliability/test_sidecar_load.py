@@ -26,8 +26,9 @@ from tests.sidecar.live import serving
 CLIENTS = 16
 SECONDS = 3.0
 # Loopback on a shared 2-core machine, server and clients in one process: a generous bound
-# that still catches a lock convoy or a route that does per-request work it should not.
-P99_BOUND_MS = 500.0
+# that still catches a lock convoy, a stall or a route that does per-request work it should
+# not. Quiet, the p99s are 25-130 ms; a loaded machine has taken one to 670 ms.
+P99_BOUND_MS = 1000.0
 SERVER = "333"
 
 
