@@ -245,7 +245,7 @@ def test_migrate_applies_then_reports_up_to_date(tmp_path: Path) -> None:
     first = run("migrate", "--store", db)
     applied = (
         "applied 0001_initial, 0002_forget_journal, 0003_fence_end, 0004_journal_floor, "
-        "0005_forget_horizons"
+        "0005_forget_horizons, 0006_private_index"
     )
     assert first.exit_code == 0 and first.stdout.strip() == applied
     again = run("migrate", "--store", db)
