@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..model import Entry, Message, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ..model.fence import JournalEntry, WriteFence
@@ -27,6 +27,7 @@ __all__ = [
     "HotTier",
     "HydrationSink",
     "JournalReader",
+    "OwnEntry",
     "Owner",
     "PrivateTier",
     "Recent",
@@ -35,6 +36,16 @@ __all__ = [
 ]
 
 Owner = tuple[ScopeKind, str]  # (kind, owner id)
+
+
+class OwnEntry(NamedTuple):
+    """A process's own newest journal entry as its store wrote it, and the newest forget
+    before it that the process applied (``after``): a repair moving the marks past the
+    entry replays it from memory into each group whose mark is at ``after`` or past it, so
+    a forget that commits just as the durable tier goes away still moves them."""
+
+    entry: JournalEntry
+    after: int
 
 
 class JournalReader(Protocol):
@@ -127,12 +138,15 @@ class HotTier(Protocol):
         """The newest forget (or settings change) this process's journal follower applied: a
         shared tier serves nothing from a part of itself that has not applied it."""
 
-    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
+    async def repair(
+        self, journal: JournalReader, now: float, *, to: int = 0, own: OwnEntry | None = None
+    ) -> int:
         """A shared tier that may lose its data, or go back in time, without notice (Redis
         restarted from a snapshot, a replica promoted) replays from the durable journal the
         forgets it lost, up to what :meth:`followed` said (or ``to``), and resets a part that lost
-        everything (fencing every write that began before the journal's end). Returns the
-        journal position the process may stand on; 0 when there is nothing to do."""
+        everything (fencing every write that began before the journal's end). ``own``: the
+        entry ``to`` names, known without reading it. Returns the journal position the process
+        may stand on; 0 when there is nothing to do."""
 
     async def forget_user_target(self, target: str, now: float) -> int:
         """A follower's purge of the user named by digest ``target``: their personal entries,

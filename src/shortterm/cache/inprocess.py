@@ -23,7 +23,7 @@ from ..model.fence import (
     user_target,
 )
 from ..model.rows import HydrationRow, hydration_scope_row
-from .base import HotTier, JournalReader, Owner, Recent
+from .base import HotTier, JournalReader, OwnEntry, Owner, Recent
 from .inprocess_hydration import hydration_keys, insert_new
 from .inprocess_recent import InProcessRecent
 from .inprocess_records import NO_CATEGORIES, OWNER_SLACK, HeapItem, KeyTuple, Record, RecordBook
@@ -207,7 +207,9 @@ class InProcessCache(RecordBook, HotTier):
     def followed(self, forgets: int) -> None:
         """Nothing to do: this process follows the journal into this tier itself."""
 
-    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
+    async def repair(
+        self, journal: JournalReader, now: float, *, to: int = 0, own: OwnEntry | None = None
+    ) -> int:
         return 0
 
     async def record_forget(self, seq: int, targets: Sequence[str], now: float) -> None:

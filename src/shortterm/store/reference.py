@@ -312,6 +312,14 @@ class ReferenceStore:
     async def journal_head(self) -> int:
         return self._journal[-1].seq if self._journal else 0
 
+    def own_entry(self, seq: int) -> fencing.JournalEntry | None:
+        """The entry this store journaled lately at ``seq`` (a forget, a settings change, an
+        upgrade's fence), known without a read; ``None`` otherwise (see store/own_entries.py)."""
+        for entry in reversed(self._journal):  # from the newest: the one asked for is recent
+            if entry.seq <= seq:
+                return entry if entry.seq == seq else None
+        return None
+
     async def horizons(self) -> list[tuple[str, float]]:
         return list(self._horizons.items())
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from contextvars import Context
 
 from ...model.errors import StoreUnavailable
-from ..base import JournalReader
+from ..base import JournalReader, OwnEntry
 from . import repair as redis_repair
 from .client import failed_in_call
 from .scripts import Groups
@@ -58,6 +58,7 @@ class Keeper:
         self.journal: JournalReader | None = None  # the tier's last repair's
         self._task: asyncio.Task[int] | None = None
         self._to = 0  # the highest ``to`` asked of the running task
+        self._own: OwnEntry | None = None  # the newest own entry asked with it
         # Asks, numbered; a pass of the task serves every ask made before it began. A call
         # waits for a pass that began after it asked (so it saw the groups as they are now,
         # and covered what the call knows was forgotten), not for the task to end: while
@@ -72,21 +73,23 @@ class Keeper:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def repair(self, now: float, to: int = 0) -> int:
+    async def repair(self, now: float, to: int = 0, own: OwnEntry | None = None) -> int:
         """Bring every group's mark up to what this process knows was forgotten (or ``to``):
         start the repair, or ask the one running for another pass, and wait for a pass that
         began after this call asked, at most ``REPAIR_WAIT_S``. Returns the highest mark
         that pass left (see :func:`.repair.repair`), or 0 while the repair goes on in the
         background or when it failed (logged; tried again at the next call that finds a
-        group short)."""
-        return await self._wait(now, to) or 0
+        group short). ``own``: the entry ``to`` names, replayed without reading it."""
+        return await self._wait(now, to, own) or 0
 
-    async def _wait(self, now: float, to: int) -> int | None:
+    async def _wait(self, now: float, to: int, own: OwnEntry | None) -> int | None:
         """The highest mark of a pass that began after this call asked, or ``None``."""
         journal = self.journal
         if journal is None:
             return None
         self._to = max(self._to, to)
+        if own is not None and (self._own is None or own.entry.seq > self._own.entry.seq):
+            self._own = own
         self._asked += 1
         ask = self._asked
         loop = asyncio.get_running_loop()
@@ -130,7 +133,7 @@ class Keeper:
         try:
             while True:
                 serves, to = self._asked, self._to
-                mark = await redis_repair.repair(self._g, journal, self._token, now, to)
+                mark = await redis_repair.repair(self._g, journal, self._token, now, to, self._own)
                 highest = max(highest, mark)
                 if not self._g.marks.due:  # every group vouches: the asks before it are served
                     self._served, self._highest = serves, mark
@@ -165,7 +168,7 @@ class Keeper:
             return False
         if not self._g.marks.due:  # a repair of ours finished meanwhile
             return True
-        return await self._wait(now, 0) is not None
+        return await self._wait(now, 0, None) is not None
 
     async def vouch(self, groups: Sequence[int], position: int, attempt: int, now: float) -> str:
         """After a write at ``position`` was refused in ``groups`` (``-2``) on its try

@@ -42,7 +42,7 @@ from typing import Any, cast
 from ...model import ScopeKey
 from ...model.errors import StoreUnavailable
 from ...model.fence import JOURNAL_RETENTION_S, JournalEntry
-from ..base import JournalReader
+from ..base import JournalReader, OwnEntry
 from .codec import dumps, lua_float, member
 from .layout import Layout
 from .marks import parse_mark
@@ -67,10 +67,18 @@ _MAX_TRIPS = 100_000  # round trips on one slice of entries before a replay is g
 _SETTINGS = ("user_settings", "server_settings")
 
 
-async def repair(g: Groups, journal: JournalReader, token: str, now: float, to: int = 0) -> int:
+async def repair(
+    g: Groups,
+    journal: JournalReader,
+    token: str,
+    now: float,
+    to: int = 0,
+    own: OwnEntry | None = None,
+) -> int:
     """Bring every group's mark up to what this process knows was forgotten
     (``g.marks.known``, or ``to`` if higher), resetting those without one. Returns the
-    highest mark: the process's position may stand on it."""
+    highest mark: the process's position may stand on it. ``own``: this process's own
+    newest entry, replayed without reading the journal where it is all a group lacks."""
     marks = g.marks
     for _round in range(RESET_TRIES):
         raws = await g.batch(
@@ -84,7 +92,7 @@ async def repair(g: Groups, journal: JournalReader, token: str, now: float, to: 
         if all(mark is not None for mark in marks.values):
             known = max(marks.known, to)
             behind = [k for k in g.all if (marks.values[k] or 0) < known]
-            if not behind or await _replay(g, behind, known, journal, now):
+            if not behind or await _replay(g, behind, known, journal, now, own):
                 marks.due = False
                 break
         await asyncio.sleep(0.1)  # another process is resetting a group, or it moved back
@@ -126,14 +134,24 @@ async def _forgets(journal: JournalReader, low: int, to: int) -> list[JournalEnt
 
 
 async def _replay(
-    g: Groups, groups: Sequence[int], to: int, journal: JournalReader, now: float
+    g: Groups,
+    groups: Sequence[int],
+    to: int,
+    journal: JournalReader,
+    now: float,
+    own: OwnEntry | None = None,
 ) -> bool:
     """Replay the forgets in (lowest mark, ``to``] into each group, read a page of the
     journal at a time (the next one read while this one is applied) and applied
     ``STEP_ENTRIES`` at a time (:func:`_steps`); False when a group's mark moved below what
-    was read meanwhile (or was lost), to be tried again."""
+    was read meanwhile (or was lost), to be tried again. When the process's own entry is
+    all that lies there (``own``: ``to`` is its entry, and no group is short of a forget
+    before it), it is replayed as the store wrote it, with no read: a forget committed as
+    the durable tier went away still moves the marks."""
     marks = g.marks
     low = min(marks.values[k] or 0 for k in groups)
+    if own is not None and own.entry.seq == to and own.after <= low:
+        return await _steps(g, groups, [own.entry], (low, to, True), now)
     reading = asyncio.ensure_future(journal.journal_since(low, limit=_PAGE, forgets_only=True))
     try:
         while True:

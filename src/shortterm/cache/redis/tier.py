@@ -69,7 +69,7 @@ from ...model import Entry, ScopeKey, ScopeKind, ScopeMeta, ScopeRow
 from ...model.config import Config
 from ...model.errors import ConfigError, StoreUnavailable
 from ...model.fence import WriteFence
-from ..base import HotTier, JournalReader, Owner, Recent
+from ..base import HotTier, JournalReader, OwnEntry, Owner, Recent
 from . import forget as redis_forget
 from . import scan as redis_scan
 from .client import (
@@ -319,7 +319,9 @@ class RedisCache(HotTier):
     def followed(self, forgets: int) -> None:
         self._marks.known = max(self._marks.known, forgets)
 
-    async def repair(self, journal: JournalReader, now: float, *, to: int = 0) -> int:
+    async def repair(
+        self, journal: JournalReader, now: float, *, to: int = 0, own: OwnEntry | None = None
+    ) -> int:
         """See :mod:`.repair`: only when a reply showed a group short of what we know
         (or none was read yet), or ``to`` brings our own forget; run by the keeper, which
         waits for it a bounded time and leaves the rest to the background (:mod:`.keeper`).
@@ -333,7 +335,7 @@ class RedisCache(HotTier):
         if not self._server_checked:
             await self.check_topology()
             await self.check_eviction()
-        return await self._keeper.repair(now, to)
+        return await self._keeper.repair(now, to, own)
 
     async def check_topology(self) -> None:
         """Refuse a Redis Cluster node opened as one node (``redis://``, ``rediss://``): it

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import TypeAlias, cast
 
-from ...cache.base import PrivateTier
+from ...cache.base import OwnEntry, PrivateTier
 from ...model import ScopeKey
 from ...model.errors import StoreUnavailable
 from ...model.fence import EVERY_TARGET, JournalEntry, WriteFence, user_target
@@ -362,8 +362,18 @@ class JournalFollower:
             # short, so its readers repair it (see repair) before they serve from it. Our
             # own reads meanwhile still compare the marks with what we knew before: the
             # marks catch up before we know the forget, so no read asks for another repair.
-            await tiers.cache.repair(tiers.store, self._clock(), to=seq)
+            own = _own_entry(tiers.store, seq, self.forgets)
+            await tiers.cache.repair(tiers.store, self._clock(), to=seq, own=own)
         self._forgot(seq)
+
+
+def _own_entry(store: object, seq: int, after: int) -> OwnEntry | None:
+    """Our entry ``seq`` as the store wrote it, when the store keeps it (an optional
+    capability: ``own_entry``) and every forget before it is applied here (``after``, the
+    newest): the repair then needs no read of the journal for it."""
+    known = getattr(store, "own_entry", None)
+    entry = known(seq) if known is not None and after < seq else None
+    return None if entry is None else OwnEntry(entry, after)
 
 
 def _past_our_position(

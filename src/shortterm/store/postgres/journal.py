@@ -24,6 +24,7 @@ import psycopg
 
 from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S
 from ...model.horizons import HORIZON_RETENTION_S
+from ..own_entries import OwnEntries
 from .connection import Conn, Pool
 from .values import jsonb, one
 
@@ -44,16 +45,19 @@ async def append(
     targets: Sequence[str],
     now: float,
     horizon: float | None = None,
+    own: OwnEntries | None = None,
 ) -> int:
     """Append one journal entry and its fence rows (and, with ``horizon``, the newest horizon
     of each target), inside the caller's transaction, which must hold the exclusive fence
-    and journal locks (``PostgresStore._forget_tx``)."""
+    and journal locks (``PostgresStore._forget_tx``); kept in ``own`` too."""
     cur = await conn.execute(
         f"INSERT INTO {t}journal (kind, subject, targets, at, horizon) "
         "VALUES (%s, %s, %s, %s, %s) RETURNING seq",
         (kind, jsonb(list(subject)), jsonb(list(targets)), now, horizon),
     )
     seq = int(one(await cur.fetchone())[0])
+    if own is not None:
+        own.add(seq, kind, subject, targets, now, horizon)
     if targets:
         await conn.execute(
             f"INSERT INTO {t}fence SELECT t, %s, %s FROM unnest(%s::text[]) AS t "

@@ -29,12 +29,13 @@ class Journaling:
         layout = pooled.layout
         self._t = layout.t
         self._sql = layout.common
+        self._own = pooled.own_entries
 
     async def forget_channel(self, channel_id: str, now: float, horizon: float) -> Forgotten:
         async with self._forget_tx("channel delete") as conn:
             target = fencing.channel_target(channel_id)
             seq = await journal.append(
-                conn, self._t, "channel", [channel_id], [target], now, horizon=horizon
+                conn, self._t, "channel", [channel_id], [target], now, horizon, self._own
             )
             cur = await conn.execute(self._sql.delete_channel, (channel_id,))
             return Forgotten(seq, cur.rowcount)
@@ -45,7 +46,7 @@ class Journaling:
         target = fencing.user_target(user_id)
         async with self._forget_tx("user delete") as conn:
             seq = await journal.append(
-                conn, self._t, "user", [target], [target], now, horizon=horizon
+                conn, self._t, "user", [target], [target], now, horizon, self._own
             )
             cur = await conn.execute(self._sql.delete_user_scopes, (user_id,))
             await conn.execute(self._sql.delete_user_journal, (user_id,))
@@ -62,7 +63,7 @@ class Journaling:
         target = fencing.server_channel_target(server_id, channel_id, persona_id)
         async with self._forget_tx("server channel delete") as conn:
             seq = await journal.append(
-                conn, self._t, "server_channel", key.astuple[1:], [target], now
+                conn, self._t, "server_channel", key.astuple[1:], [target], now, own=self._own
             )
             cur = await conn.execute(self._sql.delete_key, key_args(key))
             return Forgotten(seq, cur.rowcount)
@@ -119,4 +120,4 @@ class Journaling:
             )
             if one(await cur.fetchone())[0]:
                 return None
-            return await journal.append(conn, self._t, "turn", [], targets, now)
+            return await journal.append(conn, self._t, "turn", [], targets, now, own=self._own)

@@ -18,6 +18,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ...model.errors import ConfigError, StoreUnavailable
+from ..own_entries import OwnEntries
 from . import journal, sql
 from .connection import Conn, Pool, PoolWatch, first_contact, recheck, server_hint
 from .layout import Layout
@@ -88,6 +89,7 @@ class Pooled:
         # Connections of the requests' own while the server is down (see UNREACHABLE_WAIT_S):
         # at most as many as the pool's.
         self._own_slots = asyncio.Semaphore(pool.max_size)
+        self.own_entries = OwnEntries()  # the journal entries appended through this store
         self.layout = layout = Layout.of(schema)
         self.listener = journal.JournalListener(
             pool,

@@ -29,11 +29,14 @@ class Settings:
         self._conn = pooled.conn
         self._forget_tx = pooled.forget_tx
         self._t = pooled.layout.t
+        self._own = pooled.own_entries
 
     async def save_server(self, server_id: str, settings: ServerSettings, now: float) -> int:
         async with self._forget_tx("server settings write") as conn:
             targets = await write_server(conn, self._t, server_id, settings, now)
-            return await journal.append(conn, self._t, "server_settings", [server_id], targets, now)
+            return await journal.append(
+                conn, self._t, "server_settings", [server_id], targets, now, own=self._own
+            )
 
     async def servers_since(self, since: float) -> dict[str, ServerSettings]:
         async with self._conn("server settings read") as conn:
@@ -43,7 +46,9 @@ class Settings:
         async with self._forget_tx("user settings write") as conn:
             await write_user(conn, self._t, user_id, settings, now)
             targets = user_settings_targets(user_id, settings)
-            return await journal.append(conn, self._t, "user_settings", [], targets, now)
+            return await journal.append(
+                conn, self._t, "user_settings", [], targets, now, own=self._own
+            )
 
     async def users_since(self, since: float) -> dict[str, UserSettings]:
         async with self._conn("user settings read") as conn:

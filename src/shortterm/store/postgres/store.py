@@ -305,6 +305,11 @@ class PostgresStore:
     async def journal_head(self) -> int:
         return await self._journal.head()
 
+    def own_entry(self, seq: int) -> JournalEntry | None:
+        """The entry this store journaled lately at ``seq`` (a forget, a settings change, an
+        upgrade's fence), known without a read; ``None`` otherwise (see store/own_entries.py)."""
+        return self._pooled.own_entries.get(seq)
+
     async def horizons(self) -> list[tuple[str, float]]:
         return await self._journal.horizons()
 

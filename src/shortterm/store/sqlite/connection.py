@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ...model.errors import ConfigError, StoreUnavailable
+from ..own_entries import OwnEntries
 
 __all__ = ["Connection", "Guard", "fetch"]
 
@@ -46,6 +47,7 @@ class Connection:
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self.closed = False
+        self.own_entries = OwnEntries()  # the journal entries appended through it
 
     def guard(self, what: str, fn: Callable[[], T]) -> T:
         """The store's :class:`Guard`."""

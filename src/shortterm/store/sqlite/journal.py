@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from ...model import ScopeKey, ScopeMeta
 from ...model.fence import EVERY_TARGET, JOURNAL_RETENTION_S, WriteFence
 from ...model.horizons import HORIZON_RETENTION_S
+from ..own_entries import OwnEntries
 from .values import padded_targets
 
 
@@ -20,9 +21,10 @@ def append(
     now: float,
     subject_user: str | None = None,
     horizon: float | None = None,
+    own: OwnEntries | None = None,
 ) -> int:
     """Append one journal entry and its fence rows (and, with ``horizon``, the newest
-    horizon of each target); returns its sequence number."""
+    horizon of each target); returns its sequence number. Kept in ``own`` too."""
     # An edit fences nothing: its "[]" is what json.dumps writes, without the encoder.
     encoded = json.dumps(list(targets)) if targets else "[]"
     cur = db.execute(
@@ -31,6 +33,8 @@ def append(
         (kind, json.dumps(list(subject)), subject_user, encoded, now, horizon),
     )
     seq = int(cur.lastrowid or 0)
+    if own is not None:
+        own.add(seq, kind, subject, targets, now, horizon)
     if targets:  # edits and settings changes fence nothing
         db.executemany(
             "INSERT OR IGNORE INTO fence VALUES (?, ?, ?)", [(t, seq, now) for t in targets]

@@ -32,6 +32,7 @@ class Journaling:
         self._db = connection.db
         self._tx = connection.tx
         self._guard = guard
+        self._own = connection.own_entries
         self.unscrubbed_forgets = 0  # forgets whose WAL could not be truncated at once
 
     def _forget(
@@ -62,7 +63,9 @@ class Journaling:
     def forget_channel(self, channel_id: str, now: float, horizon: float) -> Forgotten:
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
             target = fencing.channel_target(channel_id)
-            seq = journal.append(db, "channel", [channel_id], [target], now, horizon=horizon)
+            seq = journal.append(
+                db, "channel", [channel_id], [target], now, horizon=horizon, own=self._own
+            )
             n = db.execute(sql.COMMON.delete_channel, (channel_id,)).rowcount
             return seq, n
 
@@ -74,7 +77,9 @@ class Journaling:
         target = fencing.user_target(user_id)
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "user", [target], [target], now, horizon=horizon)
+            seq = journal.append(
+                db, "user", [target], [target], now, horizon=horizon, own=self._own
+            )
             n = db.execute(sql.COMMON.delete_user_scopes, (user_id,)).rowcount
             db.execute(sql.COMMON.delete_user_journal, (user_id,))
             if keep is None:
@@ -92,7 +97,9 @@ class Journaling:
         target = fencing.server_channel_target(server_id, channel_id, persona_id)
 
         def apply(db: sqlite3.Connection) -> tuple[int, int]:
-            seq = journal.append(db, "server_channel", key.astuple[1:], [target], now)
+            seq = journal.append(
+                db, "server_channel", key.astuple[1:], [target], now, own=self._own
+            )
             n = db.execute(sql.COMMON.delete_key, key_args(key)).rowcount
             return seq, n
 
@@ -151,6 +158,8 @@ class Journaling:
                     f"AND subject IN ({marks}))",
                     (since, *subjects),
                 ).fetchone()[0]
-                return None if found else journal.append(db, "turn", [], targets, now)
+                return (
+                    None if found else journal.append(db, "turn", [], targets, now, own=self._own)
+                )
 
         return self._guard("upgrade takeover", run)

@@ -25,12 +25,15 @@ class Settings:
         self._db = connection.db
         self._tx = connection.tx
         self._guard = guard
+        self._own = connection.own_entries
 
     def save_server(self, server_id: str, settings: ServerSettings, now: float) -> int:
         def run() -> int:
             with self._tx() as db:
                 targets = write_server(db, server_id, settings, now)
-                return journal.append(db, "server_settings", [server_id], targets, now)
+                return journal.append(
+                    db, "server_settings", [server_id], targets, now, own=self._own
+                )
 
         return self._guard("server settings write", run)
 
@@ -42,7 +45,7 @@ class Settings:
             with self._tx() as db:
                 write_user(db, user_id, settings, now)
                 targets = user_settings_targets(user_id, settings)
-                return journal.append(db, "user_settings", [], targets, now)
+                return journal.append(db, "user_settings", [], targets, now, own=self._own)
 
         return self._guard("user settings write", run)
 
