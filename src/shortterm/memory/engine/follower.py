@@ -75,6 +75,7 @@ class JournalFollower:
         # The newest entry that is not a distilled write (a forget, a prune, a settings
         # change): a shared hot tier serves nothing from a part that has not applied it.
         self.forgets = 0
+        self._own_under_way: set[int] = set()  # our entries whose caught_up_to runs
         self.behind = False  # a journal read failed: read it on the next call
         self.error = ""  # why the last journal read failed
         self.gaps = 0  # journal gaps met: times the private hot tier was dropped and reloaded
@@ -351,26 +352,37 @@ class JournalFollower:
         entries other processes wrote before it are applied too and our position can pass
         it; then a shared hot tier moves its marks past it (replaying it, and any other
         forget a part of it is short of, in one step per part with the mark's move)."""
-        if self.head == seq - 1:
-            # No other entry can lie between: nothing else to apply.
-            self.head, self._at_head = seq, None
-        elif self.head < seq:
-            await self.catch_up(own=seq)
-        tiers = self._tiers
-        if tiers.cache.shared:
-            # The forget is applied already: a tier that fails here only keeps its marks
-            # short, so its readers repair it (see repair) before they serve from it. Our
-            # own reads meanwhile still compare the marks with what we knew before: the
-            # marks catch up before we know the forget, so no read asks for another repair.
-            own = _own_entry(tiers.store, seq, self.forgets)
-            await tiers.cache.repair(tiers.store, self._clock(), to=seq, own=own)
-        self._forgot(seq)
+        self._own_under_way.add(seq)
+        try:
+            if self.head == seq - 1:
+                # No other entry can lie between: nothing else to apply.
+                self.head, self._at_head = seq, None
+            elif self.head < seq:
+                await self.catch_up(own=seq)
+            tiers = self._tiers
+            if tiers.cache.shared:
+                # The forget is applied already: a tier that fails here only keeps its marks
+                # short, so its readers repair it (see repair) before they serve from it. Our
+                # own reads meanwhile still compare the marks with what we knew before: the
+                # marks catch up before we know the forget, so no read asks for another one.
+                own = _own_entry(tiers.store, seq, self._forget_before(seq))
+                await tiers.cache.repair(tiers.store, self._clock(), to=seq, own=own)
+            self._forgot(seq)
+        finally:
+            self._own_under_way.discard(seq)
+
+    def _forget_before(self, seq: int) -> int:
+        """The newest forget before our entry ``seq`` (once the position has reached it):
+        one applied, or one of ours whose own :meth:`caught_up_to` is under way (its
+        position moved, but it is applied only once the tier's marks have moved)."""
+        return max([self.forgets, *(s for s in self._own_under_way if s < seq)])
 
 
 def _own_entry(store: object, seq: int, after: int) -> OwnEntry | None:
     """Our entry ``seq`` as the store wrote it, when the store keeps it (an optional
-    capability: ``own_entry``) and every forget before it is applied here (``after``, the
-    newest): the repair then needs no read of the journal for it."""
+    capability: ``own_entry``), with ``after``, the newest forget before it: a group whose
+    mark is there or past it lacks this entry only, and the repair replays it with no read
+    of the journal."""
     known = getattr(store, "own_entry", None)
     entry = known(seq) if known is not None and after < seq else None
     return None if entry is None else OwnEntry(entry, after)
