@@ -12,6 +12,7 @@ retry would change it. So does the command, with exit code 3.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -157,8 +158,14 @@ async def test_a_refused_certificate_fails_the_open_at_once_in_one_line(
     said = str(raised.value)
     assert elapsed < BOUND_S, (elapsed, said)
     assert "\n" not in said, said
-    for words in NAMED[case]:
-        assert words in said, said
+    if case == "redis-refused-client-cert" and "refused our certificate" not in said:
+        # The server may close the connection before its alert is read (seen once in a
+        # full run): then redis-py's words, and never a claim that the URL is plain text.
+        assert re.search(r"reset by peer|closed", said, re.IGNORECASE), said
+        assert "plain text" not in said, said
+    else:
+        for words in NAMED[case]:
+            assert words in said, said
     if case.startswith("redis"):
         assert isinstance(raised.value, CacheUnavailable), said
 

@@ -380,9 +380,10 @@ BY_SOURCE: ContextVar[bool] = ContextVar("shortterm_redis_by_source", default=Fa
 class Calls:
     """Runs one Redis round trip at a time within the tier's bound, mapping its errors."""
 
-    def __init__(self, call_timeout_s: float | None) -> None:
+    def __init__(self, call_timeout_s: float | None, tls: bool = False) -> None:
         # None: the client's own timeouts bound each call (a client passed in by the caller).
         self.call_timeout_s = call_timeout_s
+        self.tls = tls  # the URL asked for TLS (see failures.explain)
         self.closed = False
 
     @contextmanager
@@ -432,7 +433,7 @@ class Calls:
                         await asyncio.sleep(pause)
                         pause = min(pause * 2, _BACKOFF_CAP_S)
         except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
-            explained = await explain(exc)
+            explained = await explain(exc, tls=self.tls)
             reason = str(exc) or f"no answer within {bound:g} s"
             if explained is not None:
                 reason = explained.text

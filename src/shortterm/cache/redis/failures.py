@@ -160,10 +160,14 @@ def _refused(exc: BaseException) -> bool:
     )
 
 
-async def explain(exc: BaseException, *, sentinel: bool = False) -> Explained | None:
+async def explain(
+    exc: BaseException, *, sentinel: bool = False, tls: bool = False
+) -> Explained | None:
     """What a failed connection or call met, in words naming the cause and the fix; ``None``
     when redis-py's own words say it (a refused connection, a timeout). ``sentinel``: the
-    connection was the master's, found through sentinels (the TLS fix names that scheme)."""
+    connection was the master's, found through sentinels (the TLS fix names that scheme).
+    ``tls``: the URL asked for TLS, so a dropped connection is not a plain-text one that met
+    a TLS port (a server refusing our certificate may close it before its alert is read)."""
     for cause in _chain(exc):
         if isinstance(cause, SentinelFailure):
             return Explained(str(cause), cause.for_good)
@@ -176,7 +180,7 @@ async def explain(exc: BaseException, *, sentinel: bool = False) -> Explained | 
     address = peer(exc, "")
     if address and _refused(exc):
         return Explained(f"{address} refused the connection (is Redis running there?)", False)
-    if address and await tls_only(address, exc):
+    if address and not tls and await tls_only(address, exc):
         scheme = "rediss+sentinel" if sentinel else "rediss"
         return Explained(
             f"at {address} speaks TLS only, and the URL says plain text: use {scheme}:// "

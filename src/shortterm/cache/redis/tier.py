@@ -112,6 +112,7 @@ class RedisCache(HotTier):
         safety_margin_s: float = 3600.0,
         owns_client: bool = False,
         call_timeout_s: float | None = None,
+        tls: bool = False,
     ) -> None:
         self.layout = Layout(prefix, groups)
         self.client = client
@@ -121,7 +122,7 @@ class RedisCache(HotTier):
         self._complete_ttl_ms = max(1, int(owner_complete_ttl_s * 1000))
         self._margin_ms = str(int(safety_margin_s * 1000))
         self._owns_client = owns_client
-        self._calls = Calls(call_timeout_s)
+        self._calls = Calls(call_timeout_s, tls)
         self._g = Groups(client, self.layout, self._calls)
         self._marks = self._g.marks  # each group's mark, as replies carry it (marks.py)
         self._server_checked = False  # its topology and eviction policy, at the first repair
@@ -153,6 +154,7 @@ class RedisCache(HotTier):
             safety_margin_s=opened.safety_margin_s,
             owns_client=True,
             call_timeout_s=opened.call_timeout_s,
+            tls=url.lstrip().lower().startswith("rediss"),
         )
 
     # -- plumbing -------------------------------------------------------------------------
