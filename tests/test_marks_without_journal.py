@@ -71,6 +71,19 @@ def _cut_journal(memory: shortterm.Memory) -> None:
     store.journal_head = down  # type: ignore[method-assign]
 
 
+def _cut_after(memory: shortterm.Memory, name: str) -> None:
+    """The store's method ``name`` commits, then the journal cannot be read any more."""
+    durable = memory.store
+    original = getattr(durable, name)
+
+    async def then_gone(*args: Any, **kwargs: Any) -> Any:
+        done = await original(*args, **kwargs)
+        _cut_journal(memory)
+        return done
+
+    setattr(durable, name, then_gone)
+
+
 @pytest.mark.parametrize("tiers", ["postgres+redis", "postgres+cluster"], indirect=True)
 @pytest.mark.parametrize("forget", ["clear", "settings"])
 async def test_a_forget_committed_as_the_store_went_away_still_moves_the_marks(
@@ -100,29 +113,12 @@ async def _forget_then_capture(
             history=[Message("user", "before", author_id="u1", at=memory.clock())],
             replies=[Reply("ok")],
         )
-        durable = memory.store
+        _cut_after(memory, "forget_channel" if forget == "clear" else "save_server_settings")
         if forget == "clear":
-            original = durable.forget_channel
-
-            async def then_gone(*args: Any, **kwargs: Any) -> Any:
-                done = await original(*args, **kwargs)
-                _cut_journal(memory)
-                return done
-
-            durable.forget_channel = then_gone  # type: ignore[method-assign]
             await memory.clear_channel("c0")
         else:
-            saving = durable.save_server_settings
-
-            async def saved_then_gone(*args: Any, **kwargs: Any) -> Any:
-                done = await saving(*args, **kwargs)
-                _cut_journal(memory)
-                return done
-
-            durable.save_server_settings = saved_then_gone  # type: ignore[method-assign]
-            await memory.configure_server(
-                "g1", ServerSettings(private_channel_ids=frozenset({"c8"}))
-            )
+            private = ServerSettings(private_channel_ids=frozenset({"c8"}))
+            await memory.configure_server("g1", private)
         # Redis vouches for the forget: captures and reads go on from the hot tier.
         later = memory.turn(user_id="u1", channel_id="c1", server_id="g1", persona_id="p1")
         await later.capture(

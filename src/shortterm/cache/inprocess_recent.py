@@ -164,13 +164,9 @@ class InProcessRecent(Recent):
                 at -= 1
                 if not rec.listed:
                     continue
-                view = rec.view if rec.view is not None and now < rec.view_until else None
+                view = self._live_view(rec, now)
                 if view is None:
-                    view = self._view(rec, now)
-                    if view is None:
-                        if now >= rec.expires_at:
-                            self._expired(rec)
-                        continue
+                    continue
                 stream[1] = at
                 if view._newest == rec.rscore:
                     self._counts["hits"] += 1
@@ -184,6 +180,16 @@ class InProcessRecent(Recent):
         if entry is None:
             raise StopAsyncIteration
         return entry
+
+    def _live_view(self, rec: Any, now: float) -> Entry | None:
+        """The record's view while it shows something; ``None`` otherwise (an expired
+        record is handed to the tier's expiry on the way)."""
+        view = rec.view if rec.view is not None and now < rec.view_until else None
+        if view is None:
+            view = self._view(rec, now)
+            if view is None and now >= rec.expires_at:
+                self._expired(rec)
+        return view
 
     def _next(self) -> Entry | None:
         pending, now = self._pending, self._now
@@ -210,13 +216,9 @@ class InProcessRecent(Recent):
             items, at, rank = best
             rec = items[at]
             best[1] = at - 1
-            view = rec.view if rec.view is not None and now < rec.view_until else None
+            view = self._live_view(rec, now)
             if view is None:
-                view = self._view(rec, now)
-                if view is None:
-                    if now >= rec.expires_at:
-                        self._expired(rec)
-                    continue
+                continue
             newest = view._newest
             if not pending and newest == rec.rscore:
                 # Its key is its bound, the least of all: it comes next (the usual case).
