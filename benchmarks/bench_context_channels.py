@@ -41,6 +41,7 @@ from urllib.parse import quote
 
 import shortterm
 from shortterm import Config, Message, ScopeKey
+from shortterm.bench.redis_commands import counted_commands
 from shortterm.bench.report import machine, publish
 from shortterm.store.base import ScopeMeta, ScopeRow
 
@@ -110,29 +111,6 @@ async def contexts(memory: shortterm.Memory, count: int) -> list[int]:
 
 
 @dataclass
-class Tally:
-    commands: int = 0
-
-
-@contextlib.contextmanager
-def counting(tally: Tally) -> Iterator[None]:
-    """Count the Redis commands the client packs while inside (a pipeline's one by one)."""
-    from redis.asyncio.connection import AbstractConnection
-
-    pack = AbstractConnection.pack_command
-
-    def counted(self: Any, *args: Any) -> Any:
-        tally.commands += 1
-        return pack(self, *args)
-
-    AbstractConnection.pack_command = counted  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AbstractConnection.pack_command = pack  # type: ignore[method-assign]
-
-
-@dataclass
 class Urls:
     store: str
     cache: str
@@ -186,9 +164,9 @@ async def measure(found: Urls, channels: int, iterations: int) -> dict[str, Any]
         lengths = await contexts(memory, 60)  # warm: the owner's completeness, the renders
         gc.collect()
         gc.freeze()
-        tally = Tally()
+        tally = [0]
         samples = []
-        with counting(tally):
+        with counted_commands(tally):
             for _ in range(iterations):
                 started = time.perf_counter_ns()
                 await contexts(memory, 1)
@@ -197,7 +175,7 @@ async def measure(found: Urls, channels: int, iterations: int) -> dict[str, Any]
     return {
         "lengths": sorted(set(lengths)),
         "wall_us": statistics.median(samples) / 1000,
-        "commands": tally.commands / iterations,
+        "commands": tally[0] / iterations,
     }
 
 

@@ -8,12 +8,9 @@ The wall-time and instruction curves are benchmarks (``benchmarks/bench_context_
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 import shortterm
 from shortterm import Config, Message, ScopeKey, ServerSettings
+from shortterm.bench.redis_commands import counted_commands
 from shortterm.store.base import ScopeMeta, ScopeRow
 from tests.read.test_recall_order import FullScan
 from tests.support import T0, FakeClock
@@ -40,23 +37,6 @@ async def populate(memory: shortterm.Memory, server: str, channels: int) -> None
 async def context(memory: shortterm.Memory, server: str, i: int) -> str:
     turn = memory.turn(user_id="u7", channel_id=f"c{i % 3}", server_id=server, bot_name="Tomo")
     return str((await turn.context()).items)
-
-
-@contextlib.contextmanager
-def counted_commands(tally: list[int]) -> Iterator[None]:
-    from redis.asyncio.connection import AbstractConnection
-
-    pack = AbstractConnection.pack_command
-
-    def counted(self: Any, *args: Any) -> Any:
-        tally[0] += 1
-        return pack(self, *args)
-
-    AbstractConnection.pack_command = counted  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AbstractConnection.pack_command = pack  # type: ignore[method-assign]
 
 
 async def per_context(memory: shortterm.Memory, channels: int) -> tuple[float, float, str]:
